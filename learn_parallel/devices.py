@@ -1,0 +1,209 @@
+"""Which devices DataParallel runs on: real GPUs, or simulated devices on the CPU.
+
+Everything else in the package talks about devices through the small `Device`
+value defined here, so the rest of the code never has to ask "is this a real
+GPU?" more than once.
+
+With CUDA available, integer ids name GPUs. Without it, integer ids name
+*simulated* devices: each one is backed by the CPU, gets its own worker thread
+and its own copies of the data and parameters, but shares the machine's memory
+and cores. Everything that prints a simulated device says so.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+SIMULATED = "sim"
+SIMULATED_DEVICES_ENV = "LEARN_PARALLEL_SIMULATED_DEVICES"
+DEFAULT_SIMULATED_DEVICES = 4
+
+DeviceLike = int | str | torch.device
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of a DataParallel run: ``cuda:N``, ``sim:N`` or ``cpu``."""
+
+    type: str
+    index: int | None = None
+
+    @property
+    def is_simulated(self) -> bool:
+        return self.type == SIMULATED
+
+    @property
+    def torch_device(self) -> torch.device:
+        """Where tensors for this device really live (the CPU for simulated ones)."""
+        if self.type == "cuda":
+            return torch.device("cuda", self.index)
+        return torch.device("cpu")
+
+    def __str__(self) -> str:
+        if self.type == "cpu":
+            return "cpu"
+        return f"{self.type}:{self.index}"
+
+    def describe(self) -> str:
+        """A human label that never lets a simulated device pass for a real one."""
+        if self.is_simulated:
+            return f"{self} (simulated on the CPU)"
+        if self.type == "cuda":
+            return f"{self} ({torch.cuda.get_device_name(self.index)})"
+        return str(self)
+
+
+def device_type() -> str:
+    """``"cuda"`` when PyTorch sees a GPU, otherwise ``"sim"`` (simulated devices)."""
+    return "cuda" if torch.cuda.is_available() else SIMULATED
+
+
+def device_count() -> int:
+    """How many devices ``device_ids=None`` means on this machine."""
+    if device_type() == "cuda":
+        return torch.cuda.device_count()
+    raw = os.environ.get(SIMULATED_DEVICES_ENV, str(DEFAULT_SIMULATED_DEVICES))
+    try:
+        count = int(raw)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(
+            f"{SIMULATED_DEVICES_ENV}={raw!r} is not a positive integer; "
+            f"set it to the number of simulated devices you want, e.g. 2."
+        )
+    return count
+
+
+def to_device(device: DeviceLike | Device, allow_cpu: bool = False) -> Device:
+    """Normalise an id given as ``1``, ``"cuda:1"``, ``"sim:1"`` or ``torch.device``.
+
+    ``allow_cpu`` is for the output device, the only place the CPU is a valid
+    answer (gathering the outputs to host memory).
+    """
+    kind = device_type()
+    if isinstance(device, Device):
+        parsed = device
+    elif isinstance(device, bool) or not isinstance(device, int | str | torch.device):
+        raise TypeError(
+            f"Expected a device id (int, 'cuda:N' or torch.device), got {device!r} "
+            f"of type {type(device).__name__}."
+        )
+    elif isinstance(device, int):
+        parsed = Device("cpu") if device == -1 and allow_cpu else Device(kind, device)
+    else:
+        text = str(device)
+        name, _, index = text.partition(":")
+        if name == "cpu":
+            parsed = Device("cpu")
+        elif name in ("cuda", SIMULATED) and (index == "" or index.isdigit()):
+            # A bare "cuda" means the current device, as in PyTorch.
+            number = int(index) if index else _current_index(name)
+            parsed = Device(name, number)
+        else:
+            raise ValueError(f"Unknown device {text!r}; use an int, 'cuda:N' or 'cpu'.")
+
+    if parsed.type == "cpu":
+        if allow_cpu:
+            return parsed
+        raise ValueError(
+            "Expected a non-cpu device in device_ids, but got: cpu. "
+            "Pass GPU indices (or, without GPUs, simulated device indices such as [0, 1])."
+        )
+    if parsed.type != kind:
+        raise ValueError(
+            f"Device {parsed} is not available here: this machine runs on "
+            f"{'GPUs' if kind == 'cuda' else 'simulated CPU devices'}; "
+            f"pass plain integer ids such as [0, 1] instead."
+        )
+    count = device_count()
+    if parsed.index is None or not 0 <= parsed.index < count:
+        raise ValueError(
+            f"Device {parsed} does not exist: only {count} "
+            f"{'visible GPUs' if kind == 'cuda' else 'simulated devices'} "
+            f"(ids 0 to {count - 1}). "
+            + (
+                "Check device_ids against CUDA_VISIBLE_DEVICES."
+                if kind == "cuda"
+                else f"Set {SIMULATED_DEVICES_ENV} to simulate more."
+            )
+        )
+    return parsed
+
+
+def _current_index(name: str) -> int:
+    return torch.cuda.current_device() if name == "cuda" else 0
+
+
+def resolve_device_ids(device_ids: Sequence[DeviceLike] | None) -> list[Device]:
+    """The checked list of devices a DataParallel run will use, in the given order."""
+    if device_ids is None:
+        return [Device(device_type(), i) for i in range(device_count())]
+    if isinstance(device_ids, int | str | torch.device):
+        raise TypeError(
+            f"device_ids must be a list of ids, got {device_ids!r}; write [{device_ids!r}]."
+        )
+    devices = [to_device(d) for d in device_ids]
+    if not devices:
+        raise ValueError(
+            "device_ids is empty: pass at least one device id, or None for every device."
+        )
+    seen: set[Device] = set()
+    for device in devices:
+        if device in seen:
+            raise ValueError(
+                f"device_ids lists {device} twice ({list(map(str, devices))}); "
+                f"each device can hold only one replica, so list every id once."
+            )
+        seen.add(device)
+    return devices
+
+
+@dataclass(frozen=True)
+class DeviceCapacity:
+    """What the balance check compares between GPUs."""
+
+    total_memory: int
+    multi_processor_count: int
+
+
+def _cuda_capacity(device: Device) -> DeviceCapacity:
+    props = torch.cuda.get_device_properties(device.index)
+    return DeviceCapacity(props.total_memory, props.multi_processor_count)
+
+
+def check_balance(
+    devices: Sequence[Device],
+    capacity_of: Callable[[Device], DeviceCapacity] = _cuda_capacity,
+    threshold: float = 0.75,
+) -> bool:
+    """Warn when one GPU has much less memory or fewer cores than another.
+
+    Every replica gets an equal share of the batch, so the step waits for the
+    slowest (or smallest) GPU. Returns True when the devices are balanced.
+    Simulated devices are identical by construction and are not checked.
+    """
+    real = [d for d in devices if not d.is_simulated]
+    if len(real) < 2:
+        return True
+    capacities = [capacity_of(d) for d in real]
+    for field in ("total_memory", "multi_processor_count"):
+        values = [getattr(c, field) for c in capacities]
+        smallest, largest = min(values), max(values)
+        if smallest < threshold * largest:
+            weak, strong = real[values.index(smallest)], real[values.index(largest)]
+            what = "memory" if field == "total_memory" else "multiprocessors"
+            warnings.warn(
+                f"GPU {weak.index} has less than {threshold:.0%} of the {what} of "
+                f"GPU {strong.index}, and every replica gets an equal share of the "
+                f"batch, so it will hold the others back. Leave it out with "
+                f"device_ids=[...] or CUDA_VISIBLE_DEVICES.",
+                stacklevel=3,
+            )
+            return False
+    return True

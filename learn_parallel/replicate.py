@@ -1,0 +1,172 @@
+"""Replicate a module onto every device, with gradients wired back to the original.
+
+A replica is a shallow copy of each submodule whose parameters are *outputs of
+an autograd Function* (`Broadcast`) instead of leaf tensors. Backward through
+`Broadcast` sums the replicas' gradients onto the source device, so they land
+in the original parameters' ``.grad`` exactly as if one device had seen the
+whole batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+import torch
+import torch.cuda.comm
+from torch import nn
+from torch.autograd import Function
+from torch.nn.parameter import is_lazy
+
+from learn_parallel.devices import Device, DeviceLike, to_device
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+
+# [copy-to-devices]
+def copy_to_devices(tensors: Sequence[torch.Tensor], devices: Sequence[Device]) -> list[list]:
+    """``result[d][t]`` is tensor ``t`` on device ``d``; device 0 keeps the originals.
+
+    On GPUs, `broadcast_coalesced` packs the small tensors into a few large
+    buffers, so a model with hundreds of parameters costs a few copies, not
+    hundreds. Simulated devices share host memory; cloning still gives every
+    replica a parameter of its own.
+    """
+    if not devices[0].is_simulated:
+        return torch.cuda.comm.broadcast_coalesced(list(tensors), [d.index for d in devices])
+    return [list(tensors)] + [[t.clone() for t in tensors] for _ in devices[1:]]
+
+
+def reduce_add_to_source(per_device: Sequence[Sequence[torch.Tensor]], source: Device) -> list:
+    """Sum tensor ``t`` over all devices, onto the source device."""
+    if not source.is_simulated:
+        return torch.cuda.comm.reduce_add_coalesced(per_device, destination=source.index)
+    return [torch.stack(list(copies)).sum(0) for copies in zip(*per_device)]
+
+
+# [copy-to-devices]
+
+
+# [broadcast]
+class Broadcast(Function):
+    """Forward: one copy of every tensor per device. Backward: sum them back."""
+
+    @staticmethod
+    def forward(ctx, devices, *tensors):
+        ctx.devices = devices
+        ctx.num_tensors = len(tensors)
+        copies = copy_to_devices(tensors, devices)
+        # Copies of tensors that need no gradient (frozen weights) stay that way.
+        frozen = [i for i, t in enumerate(tensors) if not t.requires_grad]
+        ctx.mark_non_differentiable(*[copies[d][i] for d in range(len(devices)) for i in frozen])
+        return tuple(t for per_device in copies for t in per_device)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, *ReduceAddToSource.apply(ctx.devices, ctx.num_tensors, *grads))
+
+
+class ReduceAddToSource(Function):
+    """Forward: sum per-device gradients onto ``devices[0]``. Backward: Broadcast."""
+
+    @staticmethod
+    def forward(ctx, devices, num_tensors, *grads):
+        ctx.devices = devices
+        per_device = [grads[i : i + num_tensors] for i in range(0, len(grads), num_tensors)]
+        return tuple(reduce_add_to_source(per_device, devices[0]))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        # Being linear, the reduction's own backward is a broadcast: this is
+        # what makes double backward (gradients of gradients) work.
+        return (None, None, *Broadcast.apply(ctx.devices, *grads))
+
+
+# [broadcast]
+
+
+def _copies_per_device(
+    tensors: list[torch.Tensor], devices: list[Device], detach: bool
+) -> list[list[torch.Tensor]]:
+    if not tensors:
+        return [[] for _ in devices]
+    if detach:
+        with torch.no_grad():
+            return [[t.detach() for t in ts] for ts in copy_to_devices(tensors, devices)]
+    flat = Broadcast.apply(devices, *tensors)
+    n = len(tensors)
+    return [list(flat[i : i + n]) for i in range(0, len(flat), n)]
+
+
+def _check_replicable(network: nn.Module, source: Device) -> None:
+    for name, tensor in [*network.named_parameters(), *network.named_buffers()]:
+        if is_lazy(tensor):
+            raise RuntimeError(
+                f"Cannot replicate a module with uninitialized (lazy) parameter "
+                f"'{name}'. Run one forward pass on a small batch first so its "
+                f"shape is known, then wrap it."
+            )
+        if tensor.device != source.torch_device:
+            raise RuntimeError(
+                f"replicate() copies from devices[0] = {source.describe()}, but "
+                f"'{name}' is on {tensor.device}. Move the module there first."
+            )
+
+
+# [replicate]
+def replicate(
+    network: ModuleT, devices: Sequence[DeviceLike], detach: bool = False
+) -> list[ModuleT]:
+    """One replica of ``network`` per device; replica i lives on ``devices[i]``.
+
+    Parameters go through `Broadcast` (once each, so tied weights stay tied)
+    unless ``detach`` is set, as DataParallel does under ``torch.no_grad()``.
+    Buffers are copied detached unless they require grad. Replica 0 shares
+    storage with the original, which is why only its changes to buffers (such
+    as BatchNorm running statistics) survive the step.
+    """
+    devices = [to_device(d) for d in devices]
+    _check_replicable(network, devices[0])
+
+    modules = list(network.modules())  # each shared submodule once
+    params = list(network.parameters())  # each tied parameter once
+    buffers = list(network.buffers())
+    grad_buffers = [b for b in buffers if b.requires_grad]
+    plain_buffers = [b for b in buffers if not b.requires_grad]
+
+    param_copies = _copies_per_device(params, devices, detach)
+    grad_buffer_copies = _copies_per_device(grad_buffers, devices, detach)
+    plain_buffer_copies = _copies_per_device(plain_buffers, devices, detach=True)
+
+    # Where each original tensor's per-device copies live: (copies, position).
+    slot = {id(t): (param_copies, i) for i, t in enumerate(params)}
+    slot.update({id(t): (grad_buffer_copies, i) for i, t in enumerate(grad_buffers)})
+    slot.update({id(t): (plain_buffer_copies, i) for i, t in enumerate(plain_buffers)})
+    module_index = {id(m): i for i, m in enumerate(modules)}
+
+    replicas_per_device = []
+    for d in range(len(devices)):
+        # The shallow copy shares Python attributes and hooks with the original;
+        # a module can override this method (RNNs copy their weight lists).
+        copies = [m._replicate_for_data_parallel() for m in modules]
+        for module, replica in zip(modules, copies):
+            for name, child in module._modules.items():
+                replica._modules[name] = None if child is None else copies[module_index[id(child)]]
+            for name, param in module._parameters.items():
+                value = None
+                if param is not None:
+                    copies_of, i = slot[id(param)]
+                    value = copies_of[d][i]
+                setattr(replica, name, value)  # a plain attribute: it is not a leaf
+                # Unlike PyTorch, keep the copies visible to replica.parameters(),
+                # so code like next(self.parameters()).device works in forward.
+                replica._parameters[name] = value
+            for name, buffer in module._buffers.items():
+                if buffer is not None:
+                    copies_of, i = slot[id(buffer)]
+                    replica._buffers[name] = copies_of[d][i]
+        replicas_per_device.append(copies[0])
+    return replicas_per_device
+
+
+# [replicate]

@@ -1,0 +1,265 @@
+"""Scatter a batch across devices, and gather the replicas' outputs back.
+
+Two autograd Functions do the tensor work, and each is the other's backward:
+scattering a tensor forward means gathering its gradient backward, and the
+other way round. Around them, `scatter` and `gather` walk nested Python
+structures (tuples, lists, dicts, namedtuples, dataclasses) and rebuild them
+once per device.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.autograd import Function
+
+from learn_parallel.devices import Device, DeviceLike, to_device
+
+
+# [scatter-function]
+class Scatter(Function):
+    """Split one tensor along ``dim`` and send piece i to ``devices[i]``.
+
+    With ``sizes=None`` the split is ``tensor.chunk(len(devices))``: equal,
+    ceil-sized pieces, so a short batch gives *fewer* pieces than devices.
+    """
+
+    @staticmethod
+    def forward(ctx, devices, sizes, dim, tensor):
+        ctx.dim = dim
+        ctx.source = tensor.device
+        pieces = tensor.chunk(len(devices), dim) if sizes is None else tensor.split(sizes, dim)
+        return tuple(
+            piece.to(device.torch_device, non_blocking=True)
+            for piece, device in zip(pieces, devices)
+        )
+
+    @staticmethod
+    def backward(ctx, *grads):
+        # The pieces' gradients are joined back on the device the input came from.
+        return None, None, None, Gather.apply(ctx.source, ctx.dim, *grads)
+
+
+# [scatter-function]
+
+
+# [gather-function]
+class Gather(Function):
+    """Concatenate per-device tensors along ``dim`` on one target device."""
+
+    @staticmethod
+    def forward(ctx, target, dim, *tensors):
+        ctx.dim = dim
+        ctx.sources = [t.device for t in tensors]
+        ctx.sizes = [t.size(dim) for t in tensors]
+        return torch.cat([t.to(target, non_blocking=True) for t in tensors], dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        # Each slice of the gradient goes back to the device its piece came from.
+        targets = [_TorchDevice(source) for source in ctx.sources]
+        return None, None, *Scatter.apply(targets, ctx.sizes, ctx.dim, grad)
+
+
+# [gather-function]
+
+
+@dataclasses.dataclass(frozen=True)
+class _TorchDevice:
+    """Lets Scatter send gradient slices to plain torch devices in backward."""
+
+    torch_device: torch.device
+
+
+# --------------------------------------------------------------------------
+# scatter: walk the structure, split every tensor, rebuild once per device
+# --------------------------------------------------------------------------
+
+
+class _Shared:
+    """A value every replica receives whole (numbers, strings, 0-dim tensors)."""
+
+    def __init__(self, piece_for: Callable[[int], Any]):
+        self.piece_for = piece_for
+
+
+def _is_namedtuple(obj: Any) -> bool:
+    return isinstance(obj, tuple) and hasattr(obj, "_fields")
+
+
+def _is_dataclass_instance(obj: Any) -> bool:
+    return dataclasses.is_dataclass(obj) and not isinstance(obj, type)
+
+
+def _members(obj: Any) -> list[tuple[str, Any]] | None:
+    """(path suffix, value) pairs of a container we know how to split, else None."""
+    if _is_namedtuple(obj):
+        return [(f".{name}", getattr(obj, name)) for name in obj._fields]
+    if isinstance(obj, tuple | list):
+        return [(f"[{i}]", value) for i, value in enumerate(obj)]
+    if isinstance(obj, dict):
+        return [(f"[{key!r}]", value) for key, value in obj.items()]
+    if _is_dataclass_instance(obj):
+        return [(f".{f.name}", getattr(obj, f.name)) for f in dataclasses.fields(obj)]
+    return None
+
+
+def _rebuild(obj: Any, values: list[Any]) -> Any:
+    """A copy of container ``obj`` holding ``values`` in place of its members."""
+    if _is_namedtuple(obj):
+        return type(obj)(*values)
+    if isinstance(obj, tuple | list):
+        return type(obj)(values)
+    if isinstance(obj, dict):
+        rebuilt = copy.copy(obj)  # keeps the dict subclass (OrderedDict, defaultdict ...)
+        rebuilt.update(zip(obj.keys(), values))
+        return rebuilt
+    rebuilt = copy.copy(obj)  # a dataclass; object.__setattr__ also works when frozen
+    for field, value in zip(dataclasses.fields(obj), values):
+        object.__setattr__(rebuilt, field.name, value)
+    return rebuilt
+
+
+def _split(obj: Any, devices: Sequence[Device], dim: int, path: str) -> list[Any] | _Shared:
+    """Per-device pieces of ``obj``, or a `_Shared` value for things not split."""
+    if isinstance(obj, torch.Tensor):
+        if obj.dim() == 0:
+            # A scalar cannot be split; every replica gets its own copy of it.
+            return _Shared(lambda i: obj.to(devices[i].torch_device, non_blocking=True))
+        return list(Scatter.apply(devices, None, dim, obj))
+    members = _members(obj)
+    if not members:  # not a container, or an empty one
+        return _Shared(lambda i: obj)
+
+    parts = [(p, _split(value, devices, dim, path + p)) for p, value in members]
+    split = [(p, part) for p, part in parts if not isinstance(part, _Shared)]
+    if not split:
+        if all(v is part.piece_for(0) for (_, v), (_, part) in zip(members, parts)):
+            return _Shared(lambda i: obj)
+        return _Shared(lambda i: _rebuild(obj, [part.piece_for(i) for _, part in parts]))
+
+    counts = {len(part) for _, part in split}
+    if len(counts) > 1:
+        listing = ", ".join(f"{path}{p} into {len(part)}" for p, part in split)
+        raise ValueError(
+            f"Cannot scatter {path}: its tensors split into different numbers of "
+            f"pieces ({listing}) over {len(devices)} devices along dim {dim}, so "
+            f"some replicas would get only part of the data. Give every tensor in "
+            f"one call the same size along dim {dim}, or pass the odd one as a "
+            f"0-dim tensor or non-tensor value to share it with every replica."
+        )
+    count = counts.pop()
+    return [
+        _rebuild(
+            obj, [part.piece_for(i) if isinstance(part, _Shared) else part[i] for _, part in parts]
+        )
+        for i in range(count)
+    ]
+
+
+def _devices(target_gpus: Sequence[DeviceLike]) -> list[Device]:
+    return [to_device(d) for d in target_gpus]
+
+
+def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> list[Any]:
+    """Split ``inputs`` into one piece per device (fewer when the batch is short).
+
+    Tensors are chunked along ``dim``; containers are split member by member
+    and rebuilt; anything else is given whole to every device.
+    """
+    devices = _devices(target_gpus)
+    pieces = _split(inputs, devices, dim, "inputs")
+    if isinstance(pieces, _Shared):
+        return [pieces.piece_for(i) for i in range(len(devices))]
+    return pieces
+
+
+def scatter_kwargs(
+    inputs: Sequence[Any],
+    kwargs: dict[str, Any] | None,
+    target_gpus: Sequence[DeviceLike],
+    dim: int = 0,
+) -> tuple[tuple[tuple[Any, ...], ...], tuple[dict[str, Any], ...]]:
+    """Scatter positional and keyword inputs *together*.
+
+    Splitting them as one structure keeps them aligned: every replica that
+    gets a slice of the batch also gets its keyword arguments, and a short
+    batch never leaves a replica with keywords but no positional inputs.
+    """
+    both = _split((tuple(inputs), dict(kwargs or {})), _devices(target_gpus), dim, "inputs")
+    if isinstance(both, _Shared):
+        if not inputs and not kwargs:
+            return (), ()
+        both = [both.piece_for(i) for i in range(len(target_gpus))]
+    return tuple(args for args, _ in both), tuple(kw for _, kw in both)
+
+
+# --------------------------------------------------------------------------
+# gather: the mirror image, from per-device outputs to one structure
+# --------------------------------------------------------------------------
+
+
+def _join(outputs: Sequence[Any], target: torch.device, dim: int, path: str) -> Any:
+    first = outputs[0]
+    if isinstance(first, torch.Tensor):
+        if not all(isinstance(o, torch.Tensor) for o in outputs):
+            raise TypeError(f"Cannot gather {path}: some replicas returned a tensor, others not.")
+        if all(o.dim() == 0 for o in outputs):
+            warnings.warn(
+                f"Gathering {path} along dim {dim}, but every replica returned a 0-dim "
+                f"tensor (a scalar); returning a vector with one value per replica. "
+                f"Reduce it (e.g. .mean()) or return per-sample values instead.",
+                stacklevel=4,
+            )
+            outputs = [o.unsqueeze(0) for o in outputs]
+            dim = 0
+        try:
+            return Gather.apply(target, dim, *outputs)
+        except RuntimeError as error:
+            shapes = ", ".join(str(tuple(o.shape)) for o in outputs)
+            raise ValueError(
+                f"Cannot gather {path} along dim {dim}: the replicas' shapes {shapes} "
+                f"differ in another dimension. ({error})"
+            ) from None
+    if first is None:
+        if any(o is not None for o in outputs):
+            raise TypeError(f"Cannot gather {path}: some replicas returned None, others not.")
+        return None
+    if isinstance(first, dict):
+        keys = [set(o.keys()) for o in outputs]
+        if any(k != keys[0] for k in keys):
+            differing = sorted(map(repr, set.union(*keys) - set.intersection(*keys)))
+            raise ValueError(
+                f"Cannot gather {path}: all dicts must have the same keys, but "
+                f"{', '.join(differing)} appear only in some replicas' outputs."
+            )
+    members = _members(first)
+    if members is None or (not members and not isinstance(first, tuple | list | dict)):
+        # Not a container: nothing to join, so keep every replica's value.
+        return list(outputs)
+    if any(type(o) is not type(first) or len(_members(o)) != len(members) for o in outputs):
+        raise TypeError(
+            f"Cannot gather {path}: replicas returned different structures "
+            f"({', '.join(type(o).__name__ for o in outputs)})."
+        )
+    if isinstance(first, dict):  # match dict members by key, not by position
+        per_member = zip(*[[o[key] for key in first] for o in outputs])
+    else:
+        per_member = zip(*[[value for _, value in _members(o)] for o in outputs])
+    joined = [
+        _join(list(values), target, dim, path + p) for (p, _), values in zip(members, per_member)
+    ]
+    return _rebuild(first, joined)
+
+
+def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> Any:
+    """Join the replicas' outputs on ``target_device`` (``-1`` or ``"cpu"`` for the host)."""
+    if not outputs:
+        raise ValueError("gather() needs at least one replica output.")
+    target = to_device(target_device, allow_cpu=True).torch_device
+    return _join(list(outputs), target, dim, "output")
