@@ -1,0 +1,121 @@
+"""DataParallel.__init__: which devices, in which order, and the errors for bad ids."""
+
+import pytest
+import torch
+from torch import nn
+
+import learn_parallel as lp
+from learn_parallel.devices import (
+    Device,
+    DeviceCapacity,
+    check_balance,
+    resolve_device_ids,
+    to_device,
+)
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="tests simulated devices")
+
+
+def test_default_is_four_simulated_devices():
+    assert lp.device_type() == "sim"
+    assert lp.device_count() == 4
+    dp = lp.DataParallel(nn.Linear(2, 2))
+    assert dp.device_ids == [0, 1, 2, 3]
+    assert [str(d) for d in dp.devices] == ["sim:0", "sim:1", "sim:2", "sim:3"]
+    assert dp.output_device == Device("sim", 0)
+
+
+def test_environment_variable_sets_the_simulated_device_count(monkeypatch):
+    monkeypatch.setenv("LEARN_PARALLEL_SIMULATED_DEVICES", "6")
+    assert lp.DataParallel(nn.Linear(2, 2)).device_ids == list(range(6))
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-1"])
+def test_bad_environment_variable_is_named(monkeypatch, value):
+    monkeypatch.setenv("LEARN_PARALLEL_SIMULATED_DEVICES", value)
+    with pytest.raises(ValueError, match="LEARN_PARALLEL_SIMULATED_DEVICES.*not a positive"):
+        lp.device_count()
+
+
+@pytest.mark.parametrize("given", [1, "sim:1", Device("sim", 1)])
+def test_ids_are_normalised(given):
+    assert to_device(given) == Device("sim", 1)
+
+
+def test_simulated_devices_say_so_everywhere():
+    assert Device("sim", 2).describe() == "sim:2 (simulated on the CPU)"
+    assert "(simulated on the CPU)" in repr(lp.DataParallel(nn.Linear(2, 2), [0, 1]))
+
+
+def test_output_device_may_be_the_cpu():
+    for cpu in ("cpu", -1, torch.device("cpu")):
+        dp = lp.DataParallel(nn.Linear(2, 2), [0, 1], output_device=cpu)
+        assert dp.output_device == Device("cpu")
+
+
+def test_output_device_defaults_to_the_first_id():
+    dp = lp.DataParallel(nn.Linear(2, 2), [2, 0])
+    assert dp.output_device == Device("sim", 2)
+    assert dp.src_device == Device("sim", 2)
+
+
+@pytest.mark.parametrize(
+    "device_ids, error, message",
+    [
+        ([], ValueError, "device_ids is empty: pass at least one device id"),
+        ([0, 1, 0], ValueError, "lists sim:0 twice .* list every id once"),
+        ([0, 4], ValueError, r"sim:4 does not exist: only 4 simulated devices \(ids 0 to 3\)"),
+        (["cpu"], ValueError, "Expected a non-cpu device in device_ids, but got: cpu"),
+        (["cuda:0"], ValueError, "cuda:0 is not available here.*simulated CPU devices"),
+        (["gpu0"], ValueError, "Unknown device 'gpu0'"),
+        ([1.5], TypeError, "Expected a device id"),
+        (1, TypeError, r"device_ids must be a list of ids, got 1; write \[1\]"),
+    ],
+)
+def test_bad_device_ids_get_clear_errors(device_ids, error, message):
+    with pytest.raises(error, match=message):
+        lp.DataParallel(nn.Linear(2, 2), device_ids)
+
+
+def test_too_many_ids_name_the_fix():
+    with pytest.raises(ValueError, match="Set LEARN_PARALLEL_SIMULATED_DEVICES to simulate more"):
+        resolve_device_ids([7])
+
+
+def test_one_device_calls_the_module_itself():
+    seen = []
+
+    class Spy(nn.Linear):
+        def forward(self, x):
+            seen.append(self)
+            return super().forward(x)
+
+    module = Spy(3, 1)
+    out = lp.DataParallel(module, [0])(torch.ones(5, 3))
+    assert seen == [module]  # the original, not a replica
+    assert out.shape == (5, 1)
+
+
+# The balance check compares real GPUs; fake capacities stand in for them here.
+GPUS = [Device("cuda", 0), Device("cuda", 1)]
+
+
+def capacities(memory, cores):
+    table = {0: DeviceCapacity(memory[0], cores[0]), 1: DeviceCapacity(memory[1], cores[1])}
+    return lambda device: table[device.index]
+
+
+def test_balance_warns_about_a_small_gpu():
+    with pytest.warns(UserWarning, match="GPU 1 has less than 75% of the memory of GPU 0"):
+        assert not check_balance(GPUS, capacities([80, 40], [132, 132]))
+
+
+def test_balance_warns_about_few_multiprocessors():
+    with pytest.warns(UserWarning, match="GPU 0 has less than 75% of the multiprocessors of GPU 1"):
+        check_balance(GPUS, capacities([80, 80], [60, 132]))
+
+
+def test_balanced_gpus_and_simulated_devices_do_not_warn(recwarn):
+    assert check_balance(GPUS, capacities([80, 70], [132, 120]))
+    assert check_balance([Device("sim", 0), Device("sim", 1)])
+    assert not recwarn.list

@@ -1,0 +1,190 @@
+"""The core promise: training with DataParallel equals training on one device.
+
+Everything runs in float64, so the only differences are the order of floating
+point sums (gradients are summed per replica, then across replicas). Tolerance:
+rtol=1e-10, atol=1e-12 on outputs, gradients and parameters after each step.
+"""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import learn_parallel as lp
+
+TOL = {"rtol": 1e-10, "atol": 1e-12}
+
+
+class Nested(nn.Module):
+    """Takes nested inputs and keyword arguments, returns a nested output."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(5, 8)
+        self.b = nn.Linear(3, 8)
+        self.head = nn.Sequential(nn.Tanh(), nn.Linear(8, 2))
+
+    def forward(self, pair, extra, scale=1.0, mask=None):
+        x, y = pair
+        hidden = self.a(x) + self.b(extra["features"]) * scale
+        if mask is not None:
+            hidden = hidden * mask
+        out = self.head(hidden)
+        return {"out": out, "parts": (hidden, out.sum(dim=1, keepdim=True))}
+
+
+def make_batch(n, generator):
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator, dtype=torch.double)
+
+    return (
+        ((randn(n, 5), randn(n, 4)), {"features": randn(n, 3), "tag": "batch"}),
+        {"scale": 0.5, "mask": (randn(n, 8) > -1).double()},
+    )
+
+
+def loss_of(output):
+    return output["out"].pow(2).mean() + output["parts"][0].abs().mean() + output["parts"][1].mean()
+
+
+def snapshot(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {key: snapshot(value) for key, value in obj.items()}
+    return [snapshot(value) for value in obj]
+
+
+def train(model, forward, batches):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    history = []
+    for args, kwargs in batches:
+        optimizer.zero_grad()
+        output = forward(*args, **kwargs)
+        loss_of(output).backward()
+        history.append((snapshot(output), [p.grad.clone() for p in model.parameters()]))
+        optimizer.step()
+    return history, [p.detach().clone() for p in model.parameters()]
+
+
+def assert_same(a, b):
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b, **TOL)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert_same(a[key], b[key])
+    else:
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same(x, y)
+
+
+@pytest.mark.parametrize("devices", [1, 2, 3, 4])
+@pytest.mark.parametrize("batch", [12, 10, 3], ids=["even", "uneven", "small"])
+def test_training_matches_one_device(devices, batch):
+    torch.manual_seed(0)
+    reference = Nested().double()
+    parallel = copy.deepcopy(reference)
+    batches = [make_batch(batch, torch.Generator().manual_seed(s)) for s in range(3)]
+
+    dp = lp.DataParallel(parallel, device_ids=list(range(devices)))
+    expected = train(reference, reference, batches)
+    got = train(parallel, dp, batches)
+    assert_same(got, expected)
+
+
+def test_functional_data_parallel_matches_one_device():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 1)).double()
+    x = torch.randn(11, 4, dtype=torch.double)
+    out = lp.data_parallel(net, x, device_ids=[0, 1, 2])
+    out.sum().backward()
+    grads = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    single = net(x)
+    single.sum().backward()
+    torch.testing.assert_close(out, single, **TOL)
+    for g, p in zip(grads, net.parameters()):
+        torch.testing.assert_close(g, p.grad, **TOL)
+
+
+def test_functional_data_parallel_passes_module_kwargs():
+    class Shift(nn.Module):
+        def forward(self, x, shift):
+            return x + shift
+
+    out = lp.data_parallel(Shift(), torch.zeros(4, 1), [0, 1], module_kwargs={"shift": 2.0})
+    assert out.flatten().tolist() == [2.0] * 4
+
+
+def test_gather_dim_and_output_device_are_honoured():
+    net = nn.Linear(3, 2).double()
+    x = torch.randn(2, 6, 3, dtype=torch.double)  # batch along dim 1
+    out = lp.DataParallel(net, [0, 1, 2], output_device="cpu", dim=1)(x)
+    torch.testing.assert_close(out, net(x), **TOL)
+
+
+def test_no_inputs_run_once_on_the_first_device():
+    class Constant(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.value = nn.Parameter(torch.ones(2))
+
+        def forward(self):
+            return self.value * 3
+
+    assert lp.DataParallel(Constant(), [0, 1, 2])().tolist() == [3.0, 3.0]
+
+
+def test_source_device_check_names_the_tensor_and_the_fix():
+    net = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    net[1].to("meta")
+    dp = lp.DataParallel(net, [0, 1])
+    with pytest.raises(
+        RuntimeError,
+        match=r"on device sim:0 \(device_ids\[0\]\) but parameter '1.weight' is on meta\. "
+        r"Move the module there.*module.to\('cpu'\)",
+    ):
+        dp(torch.ones(4, 2))
+    net[1].weight = nn.Parameter(torch.ones(2))
+    net[1].bias = nn.Parameter(torch.zeros(2))
+    with pytest.raises(RuntimeError, match="but buffer '1.running_mean' is on meta"):
+        dp(torch.ones(4, 2))
+
+
+def test_no_grad_forward_builds_no_graph():
+    net = nn.Linear(3, 1)
+    with torch.no_grad():
+        out = lp.DataParallel(net, [0, 1])(torch.randn(4, 3))
+    assert out.grad_fn is None and not out.requires_grad
+
+
+def test_steps_can_be_overridden_like_in_pytorch():
+    calls = []
+
+    class Logged(lp.DataParallel):
+        def scatter(self, inputs, kwargs, device_ids):
+            calls.append(("scatter", list(device_ids)))
+            return super().scatter(inputs, kwargs, device_ids)
+
+        def replicate(self, module, device_ids):
+            calls.append(("replicate", list(device_ids)))
+            return super().replicate(module, device_ids)
+
+        def parallel_apply(self, replicas, inputs, kwargs):
+            calls.append(("parallel_apply", len(replicas)))
+            return super().parallel_apply(replicas, inputs, kwargs)
+
+        def gather(self, outputs, output_device):
+            calls.append(("gather", str(output_device)))
+            return super().gather(outputs, output_device)
+
+    Logged(nn.Linear(2, 1), [0, 1, 2])(torch.ones(2, 2))
+    assert calls == [
+        ("scatter", [0, 1, 2]),
+        ("replicate", [0, 1]),
+        ("parallel_apply", 2),
+        ("gather", "sim:0"),
+    ]

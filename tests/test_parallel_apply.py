@@ -1,0 +1,181 @@
+"""parallel_apply(): persistent workers, the caller's state, errors, no leaks."""
+
+import gc
+import subprocess
+import sys
+import threading
+import weakref
+
+import pytest
+import torch
+from torch import nn
+
+import learn_parallel as lp
+from learn_parallel.parallel_apply import worker_threads
+
+
+class Probe(nn.Module):
+    """Returns what the worker thread saw, as plain data."""
+
+    def forward(self, x):
+        return {
+            "thread": threading.get_ident(),
+            "name": threading.current_thread().name,
+            "grad": torch.is_grad_enabled(),
+            "autocast": (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")),
+            "x": x,
+        }
+
+
+def run_probes(n=3):
+    return lp.parallel_apply([Probe()] * n, [(torch.ones(1),)] * n, None, list(range(n)))
+
+
+def test_each_device_has_one_worker_reused_across_calls():
+    first = run_probes()
+    second = run_probes()
+    assert [r["name"] for r in first] == [f"learn_parallel worker sim:{i}" for i in range(3)]
+    assert [r["thread"] for r in first] == [r["thread"] for r in second]
+    assert len({r["thread"] for r in first}) == 3
+    assert threading.get_ident() not in {r["thread"] for r in first}
+
+
+def test_a_single_replica_runs_in_the_caller():
+    (result,) = lp.parallel_apply([Probe()], [(torch.ones(1),)], None, [0])
+    assert result["thread"] == threading.get_ident()
+
+
+def test_workers_adopt_grad_mode_and_autocast_with_its_dtype():
+    with torch.no_grad():
+        assert not any(r["grad"] for r in run_probes())
+    assert all(r["grad"] for r in run_probes())
+    for dtype in (torch.bfloat16, torch.float16):
+        with torch.autocast("cpu", dtype=dtype):
+            assert all(r["autocast"] == (True, dtype) for r in run_probes())
+    assert all(r["autocast"][0] is False for r in run_probes())
+
+
+def test_autocast_really_applies_inside_replicas():
+    net = nn.Linear(4, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = lp.DataParallel(net, [0, 1])(torch.randn(6, 4))
+    assert out.dtype == torch.bfloat16
+
+
+def test_inputs_may_be_single_objects_and_kwargs_are_passed():
+    class AddKw(nn.Module):
+        def forward(self, x, shift=0):
+            return x + shift
+
+    out = lp.parallel_apply(
+        [AddKw(), AddKw()], [torch.zeros(1), torch.zeros(1)], [{"shift": 1}, {}]
+    )
+    assert [o.item() for o in out] == [1.0, 0.0]
+
+
+class FailsOn(nn.Module):
+    def __init__(self, bad_value, error=KeyError):
+        super().__init__()
+        self.bad_value, self.error = bad_value, error
+
+    def forward(self, x):
+        if x.item() == self.bad_value:
+            raise self.error("missing_key")
+        return x
+
+
+def test_replica_exceptions_are_reraised_with_type_replica_device_and_traceback():
+    inputs = [(torch.tensor([float(i)]),) for i in range(4)]
+    with pytest.raises(KeyError) as caught:
+        lp.parallel_apply([FailsOn(2)] * 4, inputs, None, [0, 1, 2, 3])
+    message = str(caught.value)
+    assert message.startswith(
+        "Caught KeyError in replica 2 on device sim:2 (simulated on the CPU)."
+    )
+    assert "Original traceback (from the worker thread)" in message
+    assert 'raise self.error("missing_key")' in message and "KeyError: 'missing_key'" in message
+    # The pool survives the failure and keeps working.
+    assert len(lp.parallel_apply([FailsOn(-1)] * 4, inputs, None, [0, 1, 2, 3])) == 4
+
+
+def test_lowest_failing_replica_wins_and_odd_exception_types_still_report():
+    class NeedsTwoArgs(Exception):
+        def __init__(self, a, b):
+            super().__init__(a, b)
+
+    class Broken(nn.Module):
+        def forward(self, x):
+            raise NeedsTwoArgs(1, 2)
+
+    with pytest.raises(RuntimeError, match="Caught NeedsTwoArgs in replica 0 on device sim:0"):
+        lp.parallel_apply([Broken(), Broken()], [(torch.ones(1),)] * 2, None, [0, 1])
+
+
+def test_length_mismatches_are_reported():
+    with pytest.raises(ValueError, match="got 2 modules but 1 inputs"):
+        lp.parallel_apply([Probe(), Probe()], [(torch.ones(1),)])
+    with pytest.raises(ValueError, match="2 modules, 1 kwargs and 2 devices"):
+        lp.parallel_apply([Probe(), Probe()], [(1,), (2,)], [{}], [0, 1])
+
+
+def test_nested_data_parallel_inside_a_replica_does_not_hang():
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Linear(2, 2)
+
+        def forward(self, x):
+            return lp.data_parallel(self.inner, x, [0, 1])
+
+    outer = Outer()
+    x = torch.randn(8, 2)
+    result = []
+    runner = threading.Thread(target=lambda: result.append(lp.DataParallel(outer, [0, 1])(x)))
+    runner.start()
+    runner.join(timeout=30)
+    assert not runner.is_alive(), "nested DataParallel deadlocked"
+    assert torch.allclose(result[0], outer.inner(x), atol=1e-6)
+
+
+def test_no_thread_leak_from_many_data_parallel_objects():
+    x = torch.randn(8, 3)
+    lp.DataParallel(nn.Linear(3, 1))(x)
+    before = len(threading.enumerate())
+    for _ in range(50):
+        lp.DataParallel(nn.Linear(3, 1))(x).sum().backward()
+    assert len(threading.enumerate()) == before
+    assert len(worker_threads()) <= lp.device_count()
+
+
+def test_no_reference_cycles_keep_the_model_alive():
+    gc.collect()
+    gc.disable()  # so only reference counting can free things
+    try:
+        net = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+        dp = lp.DataParallel(net, [0, 1, 2])
+        dp(torch.randn(6, 3)).sum().backward()
+        with pytest.raises(ValueError):  # a failure path too
+            lp.parallel_apply([FailsOn(1.0, ValueError)] * 2, [(torch.ones(1),)] * 2, None, [0, 1])
+        alive = weakref.ref(net)
+        del net, dp
+        assert alive() is None
+    finally:
+        gc.enable()
+
+
+def test_workers_restart_after_shutdown_and_the_process_exits_cleanly():
+    from learn_parallel.parallel_apply import shutdown_workers
+
+    run_probes()
+    shutdown_workers()
+    assert worker_threads() == []
+    assert len(run_probes()) == 3
+    script = (
+        "import torch, learn_parallel as lp; "
+        "lp.DataParallel(torch.nn.Linear(2, 2))(torch.ones(8, 2))"
+    )
+
+    done = subprocess.run(
+        [sys.executable, "-c", script], timeout=60, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr

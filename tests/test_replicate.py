@@ -1,0 +1,130 @@
+"""replicate(): own parameter copies per device, gradients summed back, tied weights tied."""
+
+import pytest
+import torch
+from torch import nn
+from torch.autograd import gradcheck, gradgradcheck
+
+import learn_parallel as lp
+from learn_parallel.devices import Device
+from learn_parallel.replicate import Broadcast
+
+
+def model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
+
+
+def test_every_replica_has_its_own_parameters_wired_to_the_original():
+    net = model()
+    replicas = lp.replicate(net, [0, 1, 2])
+    assert len(replicas) == 3
+    original = net[0].weight
+    copies = [r[0].weight for r in replicas]
+    assert all(torch.equal(c, original) for c in copies)
+    assert copies[0].data_ptr() == original.data_ptr()  # replica 0 shares storage
+    assert len({c.data_ptr() for c in copies}) == 3  # the others are real copies
+    assert all(c.grad_fn is not None and not c.is_leaf for c in copies)
+
+
+def test_gradients_from_all_replicas_sum_into_the_original():
+    net = nn.Linear(3, 1, bias=False)
+    replicas = lp.replicate(net, [0, 1])
+    x = torch.ones(1, 3)
+    (replicas[0](x).sum() + 2 * replicas[1](x).sum()).backward()
+    assert net.weight.grad.tolist() == [[3.0, 3.0, 3.0]]
+
+
+def test_tied_weights_stay_tied():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(5, 3)
+            self.out = nn.Linear(3, 5, bias=False)
+            self.out.weight = self.embed.weight
+
+    for replica in lp.replicate(Tied(), [0, 1]):
+        assert replica.out.weight is replica.embed.weight
+
+
+def test_shared_submodules_stay_shared():
+    layer = nn.Linear(2, 2)
+    net = nn.Sequential(layer, nn.ReLU(), layer)
+    for replica in lp.replicate(net, [0, 1]):
+        assert replica[0] is replica[2] and replica[0] is not layer
+
+
+def test_replica_parameters_are_visible_in_forward():
+    class UsesParameters(nn.Linear):
+        def forward(self, x):
+            # A common pattern that finds no parameters in PyTorch's replicas.
+            return x.to(next(self.parameters()).dtype) @ self.weight.t()
+
+    net = UsesParameters(2, 1)
+    replicas = lp.replicate(net, [0, 1])
+    assert [len(list(r.parameters())) for r in replicas] == [2, 2]
+    out = lp.DataParallel(net, [0, 1])(torch.ones(4, 2, dtype=torch.int64))
+    assert out.shape == (4, 1)
+
+
+def test_buffers_are_copied_and_only_replica_zero_shares_them():
+    net = model()
+    replicas = lp.replicate(net, [0, 1])
+    original = net[1].running_mean
+    assert replicas[0][1].running_mean.data_ptr() == original.data_ptr()
+    assert replicas[1][1].running_mean.data_ptr() != original.data_ptr()
+    assert not replicas[1][1].running_mean.requires_grad
+
+
+def test_batchnorm_statistics_survive_only_from_replica_zero():
+    # A known DataParallel pitfall, kept faithfully: replica 1's statistics are lost.
+    net = model().train()
+    x = torch.cat([torch.zeros(4, 3), torch.full((4, 3), 10.0)])
+    lp.DataParallel(net, [0, 1])(x)
+    only_first_half = model().train()
+    only_first_half(x[:4])
+    assert torch.allclose(net[1].running_mean, only_first_half[1].running_mean)
+
+
+def test_detach_under_no_grad():
+    replicas = lp.replicate(model(), [0, 1], detach=True)
+    assert all(not p.requires_grad for r in replicas for p in r.parameters())
+
+
+def test_frozen_parameters_stay_frozen():
+    net = nn.Linear(2, 2)
+    net.bias.requires_grad_(False)
+    replicas = lp.replicate(net, [0, 1])
+    assert all(r.weight.requires_grad and not r.bias.requires_grad for r in replicas)
+
+
+def test_lazy_modules_are_refused():
+    with pytest.raises(RuntimeError, match=r"uninitialized \(lazy\) parameter 'weight'.*forward"):
+        lp.replicate(nn.LazyLinear(2), [0, 1])
+
+
+def test_module_must_be_on_the_first_device():
+    net = nn.Linear(2, 2).to("meta")
+    with pytest.raises(
+        RuntimeError, match="copies from devices\\[0\\] = sim:0.*'weight' is on meta"
+    ):
+        lp.replicate(net, [0, 1])
+
+
+def test_zero_grad_on_a_replica_warns():
+    replica = lp.replicate(nn.Linear(2, 2), [0, 1])[1]
+    with pytest.warns(UserWarning, match="zero_grad"):
+        replica.zero_grad()
+
+
+def test_broadcast_gradcheck_and_gradgradcheck():
+    devices = [Device("sim", 0), Device("sim", 1), Device("sim", 2)]
+    a = torch.randn(3, 2, dtype=torch.double, requires_grad=True)
+    b = torch.randn(4, dtype=torch.double, requires_grad=True)
+
+    def weighted_copies(a, b):
+        copies = Broadcast.apply(devices, a, b)
+        return sum((i + 1) * c.sum() * c.sum() for i, c in enumerate(copies))
+
+    assert gradcheck(weighted_copies, (a, b))
+    assert gradgradcheck(weighted_copies, (a, b))
