@@ -21,6 +21,7 @@ import torch
 
 SIMULATED = "sim"
 SIMULATED_DEVICES_ENV = "LEARN_PARALLEL_SIMULATED_DEVICES"
+FORCE_SIMULATION_ENV = "LEARN_PARALLEL_SIMULATE"  # "1": simulate even where GPUs exist
 DEFAULT_SIMULATED_DEVICES = 4
 
 DeviceLike = int | str | torch.device
@@ -59,8 +60,14 @@ class Device:
 
 
 def device_type() -> str:
-    """``"cuda"`` when PyTorch sees a GPU, otherwise ``"sim"`` (simulated devices)."""
-    return "cuda" if torch.cuda.is_available() else SIMULATED
+    """``"cuda"`` when PyTorch sees a GPU, otherwise ``"sim"`` (simulated devices).
+
+    Setting ``LEARN_PARALLEL_SIMULATE=1`` picks simulated devices on a GPU
+    machine too, so the CPU lessons (and tests) can run there unchanged.
+    """
+    if os.environ.get(FORCE_SIMULATION_ENV) == "1" or not torch.cuda.is_available():
+        return SIMULATED
+    return "cuda"
 
 
 def device_count() -> int:

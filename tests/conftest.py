@@ -14,6 +14,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
-def _four_simulated_devices(monkeypatch):
-    """Tests on the CPU see the documented default: four simulated devices."""
+def _device_kind(request, monkeypatch):
+    """GPU tests see the real GPUs; every other test sees the documented default,
+    four simulated devices, even on a GPU machine."""
     monkeypatch.delenv("LEARN_PARALLEL_SIMULATED_DEVICES", raising=False)
+    if "gpu" in request.keywords:
+        monkeypatch.delenv("LEARN_PARALLEL_SIMULATE", raising=False)
+    else:
+        monkeypatch.setenv("LEARN_PARALLEL_SIMULATE", "1")

@@ -13,7 +13,11 @@ from learn_parallel.devices import (
     to_device,
 )
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="tests simulated devices")
+
+def test_simulation_can_be_forced_and_is_on_for_these_tests(monkeypatch):
+    assert lp.device_type() == "sim"  # conftest sets LEARN_PARALLEL_SIMULATE=1
+    monkeypatch.delenv("LEARN_PARALLEL_SIMULATE")
+    assert lp.device_type() == ("cuda" if torch.cuda.is_available() else "sim")
 
 
 def test_default_is_four_simulated_devices():
