@@ -162,7 +162,8 @@ def test_replicas_run_on_their_gpu_in_persistent_workers_with_the_callers_stream
     torch.cuda.synchronize()
     second = dp(torch.ones(4, 1, device="cuda:0"))
     assert first["device"] == [0, 1]
-    assert first["stream"] == [(i, side[i].cuda_stream) for i in range(2)]
+    # Non-tensor leaves gather into one list per member: ([devices], [stream handles]).
+    assert first["stream"] == ([0, 1], [side[0].cuda_stream, side[1].cuda_stream])
     assert first["dtype"] == [torch.bfloat16, torch.bfloat16]  # dtype carried, not just "enabled"
     assert first["thread"] == second["thread"] and len(set(first["thread"])) == 2
 
