@@ -2,25 +2,32 @@
 
 The public names mirror ``torch.nn.parallel``; modules follow the order data
 flows through one forward pass: devices -> scatter_gather -> replicate ->
-parallel_apply -> data_parallel.
+parallel_apply -> data_parallel, then the variants: options (the customisable
+gather/scatter options) and tuple_parallel.
 """
 
 from learn_parallel.data_parallel import DataParallel, data_parallel
 from learn_parallel.devices import Device, device_count, device_type
+from learn_parallel.options import gather_per_device
 from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.replicate import replicate
 from learn_parallel.scatter_gather import gather, scatter, scatter_kwargs
+from learn_parallel.tuple_parallel import PerDeviceCollate, TupleParallel, split_batch
 
 __all__ = [
     "DataParallel",
     "Device",
+    "PerDeviceCollate",
+    "TupleParallel",
     "data_parallel",
     "device_count",
     "device_type",
     "gather",
+    "gather_per_device",
     "parallel_apply",
     "replicate",
     "scatter",
     "scatter_kwargs",
+    "split_batch",
 ]
 __version__ = "0.1.0"

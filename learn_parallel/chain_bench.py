@@ -1,0 +1,231 @@
+"""Benchmark: two wrapped networks in a chain, with and without a round trip in between.
+
+``python -m learn_parallel.chain_bench --out DIR [--quick]``
+
+netA turns images into a wide feature map; netB turns the feature map into
+class scores. Both are wrapped in DataParallel, and one training step is timed
+two ways:
+
+- *scattered*: netA with ``gather_to_one_device=False`` hands each device's
+  piece of the feature map straight to netB with ``inputs_are_scattered=True``;
+  the feature map never leaves the device that computed it.
+- *regathered*: plain DataParallel twice, so the whole feature map is gathered
+  on the first device and split again for netB (and its gradient makes the same
+  round trip backward).
+
+Each step is timed after warmup steps, with every device synchronized before
+and after (on GPUs), and the median is reported. A table is printed and the
+numbers, hardware, torch version, date and command are written as JSON to
+``DIR/chain_bench.json``. ``--quick`` uses a tiny model, for a smoke test on
+simulated devices (whose timings are host clocks, not GPU times).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from learn_parallel.data_parallel import DataParallel
+from learn_parallel.devices import Device, device_count, resolve_device_ids
+
+
+@dataclass(frozen=True)
+class Config:
+    batch: int
+    image_size: int
+    features: int  # channels of the feature map passed from netA to netB
+    classes: int
+    warmup: int
+    steps: int
+
+    @property
+    def feature_map_mb(self) -> float:
+        return self.batch * self.features * self.image_size**2 * 4 / 1e6
+
+
+# A 1 GiB float32 feature map: big enough that moving it costs more than computing it.
+FULL = Config(batch=256, image_size=64, features=256, classes=10, warmup=3, steps=15)
+QUICK = Config(batch=8, image_size=8, features=8, classes=3, warmup=1, steps=3)
+
+
+class FeatureNet(nn.Module):
+    """netA: a cheap convolution that widens 3 channels to ``features``."""
+
+    def __init__(self, features: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, features, 3, padding=1)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.conv(images))
+
+
+class Head(nn.Module):
+    """netB: narrows the feature map, pools it, and scores the classes."""
+
+    def __init__(self, features: int, classes: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(features, 16, 3, padding=1)
+        self.fc = nn.Linear(16, classes)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.fc(F.relu(self.conv(features)).mean((2, 3)))
+
+
+def synchronize(devices: Sequence[Device]) -> None:
+    for device in devices:
+        if not device.is_simulated:
+            torch.cuda.synchronize(device.index)
+
+
+def time_steps(step: Callable[[], None], devices: Sequence[Device], config: Config) -> list[float]:
+    """Milliseconds of each timed step, after ``config.warmup`` untimed ones."""
+    for _ in range(config.warmup):
+        step()
+    times = []
+    for _ in range(config.steps):
+        synchronize(devices)  # start from idle devices: time this step only
+        start = time.perf_counter()
+        step()
+        synchronize(devices)
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def training_step(
+    net_a: nn.Module, net_b: nn.Module, optimizer, images: torch.Tensor, labels: torch.Tensor
+) -> Callable[[], None]:
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(net_b(net_a(images)), labels).backward()
+        optimizer.step()
+
+    return step
+
+
+def measure(n: int, config: Config) -> dict:
+    """Time both chains on the first ``n`` devices."""
+    devices = resolve_device_ids(list(range(n)))
+    source = devices[0].torch_device
+    torch.manual_seed(0)
+    net_a = FeatureNet(config.features).to(source)
+    net_b = Head(config.features, config.classes).to(source)
+    images = torch.randn(config.batch, 3, config.image_size, config.image_size, device=source)
+    labels = torch.randint(config.classes, (config.batch,), device=source)
+    optimizer = torch.optim.SGD([*net_a.parameters(), *net_b.parameters()], lr=1e-3)
+    ids = [d.index for d in devices]
+    chains = {
+        "scattered": (
+            DataParallel(net_a, ids, gather_to_one_device=False),
+            DataParallel(net_b, ids, inputs_are_scattered=True),
+        ),
+        "regathered": (DataParallel(net_a, ids), DataParallel(net_b, ids)),
+    }
+    # Both chains must compute the same thing, or the timing compares nothing.
+    with torch.no_grad():
+        scattered, regathered = (b(a(images)) for a, b in chains.values())
+        difference = float((scattered - regathered).abs().max())
+    times = {
+        name: time_steps(training_step(a, b, optimizer, images, labels), devices, config)
+        for name, (a, b) in chains.items()
+    }
+    scattered_ms = statistics.median(times["scattered"])
+    regathered_ms = statistics.median(times["regathered"])
+    return {
+        "devices": n,
+        "device_ids": ids,
+        "scattered_median_ms": scattered_ms,
+        "regathered_median_ms": regathered_ms,
+        "speedup": regathered_ms / scattered_ms,
+        "scattered_steps_ms": times["scattered"],
+        "regathered_steps_ms": times["regathered"],
+        "max_abs_output_difference": difference,
+    }
+
+
+def hardware(devices: Sequence[Device]) -> dict:
+    info = {
+        "devices": [d.describe() for d in devices],
+        "simulated": devices[0].is_simulated,
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+    }
+    if not devices[0].is_simulated:
+        info["cuda_version"] = torch.version.cuda
+    return info
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m learn_parallel.chain_bench",
+        description="Time a two-network chain: kept scattered vs gathered and re-scattered.",
+    )
+    parser.add_argument("--out", required=True, type=Path, help="folder for chain_bench.json")
+    parser.add_argument("--quick", action="store_true", help="tiny model, few steps (smoke test)")
+    parser.add_argument("--max-devices", type=int, default=None, help="default: all devices")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed steps per measurement")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per measurement")
+    args = parser.parse_args(argv)
+
+    config = QUICK if args.quick else FULL
+    overrides = {"warmup": args.warmup, "steps": args.steps}
+    config = Config(**{**asdict(config), **{k: v for k, v in overrides.items() if v is not None}})
+    top = min(args.max_devices or device_count(), device_count())
+    if top < 2:
+        print(
+            f"chain_bench needs at least 2 devices, found {top}. Without GPUs, set "
+            f"LEARN_PARALLEL_SIMULATED_DEVICES=4.",
+            file=sys.stderr,
+        )
+        return 2
+    devices = resolve_device_ids(list(range(top)))
+    if devices[0].is_simulated:
+        print("Devices are simulated on the CPU: timings are host clocks, not GPU times.")
+    print(f"feature map between the nets: {config.feature_map_mb:.2f} MB per step")
+
+    results = [measure(n, config) for n in range(2, top + 1)]
+    print(f"{'devices':>7} | {'scattered ms':>12} | {'regathered ms':>13} | {'speedup':>7}")
+    for r in results:
+        print(
+            f"{r['devices']:>7} | {r['scattered_median_ms']:>12.2f} | "
+            f"{r['regathered_median_ms']:>13.2f} | {r['speedup']:>6.2f}x"
+        )
+
+    record = {
+        "benchmark": "chain_bench",
+        "what": "median ms of one training step (forward, backward, SGD step) of netA -> netB",
+        "command": "python -m learn_parallel.chain_bench "
+        + " ".join(sys.argv[1:] if argv is None else argv),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "hardware": hardware(devices),
+        "config": {
+            **asdict(config),
+            "feature_map_mb": config.feature_map_mb,
+            "quick": args.quick,
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        },
+        "results": results,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "chain_bench.json"
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""The customisable options: keep outputs per device, take inputs already split.
+
+Two wrapped networks in a row normally meet on one device: the first gathers
+its output there, the second scatters it out again. The functions here let
+DataParallel skip that round trip (``gather_to_one_device=False``,
+``inputs_are_scattered=True``, ``except_keywords``) and gather per-device
+results later in batch order (`gather_per_device`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from learn_parallel.devices import Device, DeviceLike, to_device
+from learn_parallel.scatter_gather import _is_namedtuple, _join, _members, _rebuild
+
+
+# [check-on-device]
+def check_on_device(value: Any, device: Device, path: str, fix: str) -> None:
+    """Raise unless every tensor in ``value`` sits on ``device``; ``fix`` ends the message.
+
+    On simulated devices every tensor really lives on the CPU, so this can only
+    check the backing torch device (`Device.torch_device`), not the simulated index.
+    """
+    if isinstance(value, torch.Tensor):
+        if value.device != device.torch_device:
+            raise RuntimeError(
+                f"{path} is on {value.device}, but it goes to {device.describe()}, whose "
+                f"tensors live on {device.torch_device}. {fix}"
+            )
+        return
+    for suffix, member in _members(value) or []:
+        check_on_device(member, device, path + suffix, fix)
+
+
+# [check-on-device]
+
+
+# [take-scattered]
+def take_scattered(
+    inputs: Sequence[Any], kwargs: dict[str, Any] | None, devices: Sequence[Device]
+) -> tuple[tuple[tuple[Any, ...], ...], tuple[dict[str, Any], ...]]:
+    """The ``scatter`` step for inputs that are already split: no copies, only checks.
+
+    Every positional and keyword argument must be a tuple or list of per-device
+    values, all of the same length k (at most one per device). Replica i gets
+    the i-th value of each, and every tensor in it must already sit on
+    ``devices[i]``. A k below the number of devices is what a short batch gives
+    (see DataParallel's forward): only the first k replicas run.
+    """
+    kwargs = kwargs or {}
+    named = [(f"argument {i}", v) for i, v in enumerate(inputs)]
+    named += [(f"keyword argument {k!r}", v) for k, v in kwargs.items()]
+    if not named:
+        return (), ()
+    for name, value in named:
+        if not isinstance(value, tuple | list) or _is_namedtuple(value):
+            raise TypeError(
+                f"inputs_are_scattered=True expects every argument to be a tuple or list "
+                f"with one value per device, but {name} is a {type(value).__name__}. Pass "
+                f"the per-device tuple that a DataParallel with gather_to_one_device=False "
+                f"returns, or leave inputs_are_scattered off to split the batch here."
+            )
+    lengths = {len(value) for _, value in named}
+    if len(lengths) > 1:
+        listing = ", ".join(f"{name} has {len(value)}" for name, value in named)
+        raise ValueError(
+            f"inputs_are_scattered=True needs the same number of per-device values in "
+            f"every argument, but {listing}. Give every argument one value per device."
+        )
+    count = lengths.pop()
+    if not 1 <= count <= len(devices):
+        raise ValueError(
+            f"inputs_are_scattered=True got {count} per-device values per argument, but "
+            f"this DataParallel has {len(devices)} devices "
+            f"([{', '.join(map(str, devices))}]). Give one value per device, in device_ids "
+            f"order (fewer only when the batch was too short to fill every device)."
+        )
+    for i, device in enumerate(devices[:count]):
+        for name, value in named:
+            check_on_device(
+                value[i],
+                device,
+                f"inputs_are_scattered=True: {name}[{i}]",
+                f"Value i of every argument must already sit on device_ids[{i}]: move it "
+                f"there (.to('{device.torch_device}')), or produce it with a DataParallel "
+                f"that has the same device_ids in the same order.",
+            )
+    per_replica_args = tuple(tuple(value[i] for value in inputs) for i in range(count))
+    per_replica_kwargs = tuple({k: value[i] for k, value in kwargs.items()} for i in range(count))
+    return per_replica_args, per_replica_kwargs
+
+
+# [take-scattered]
+
+
+# [gather-except]
+def gather_except(
+    outputs: Sequence[Any],
+    target_device: DeviceLike,
+    dim: int = 0,
+    except_keywords: Iterable[Any] = (),
+    gather_to_one_device: bool = True,
+) -> Any:
+    """`gather`, except that some outputs stay on their devices as per-device tuples.
+
+    With ``gather_to_one_device=False`` that is every output; otherwise it is the
+    subtrees under dict keys listed in ``except_keywords``, at any depth. A tensor
+    kept apart becomes a tuple with one tensor per replica, in replica order.
+    """
+    if not outputs:
+        raise ValueError("gather_except() needs at least one replica output.")
+    target = to_device(target_device, allow_cpu=True).torch_device
+    keys = frozenset(except_keywords)
+    return _gather_or_keep(list(outputs), target, dim, keys, not gather_to_one_device, "output")
+
+
+def _gather_or_keep(
+    outputs: list[Any], target: torch.device, dim: int, keys: frozenset, keep: bool, path: str
+) -> Any:
+    first = outputs[0]
+    if not keep and not _mentions(first, keys):
+        return _join(outputs, target, dim, path)  # nothing kept apart below: plain gather
+    members = _members(first)
+    if members is None:  # a leaf: a tensor, None, or any other value
+        return None if all(o is None for o in outputs) else tuple(outputs)
+    if not members:
+        return first  # an empty container has nothing to keep apart
+    _check_alike(outputs, path)
+    if isinstance(first, dict):  # match dict members by key; a listed key keeps its subtree
+        columns = [[o[key] for o in outputs] for key in first]
+        keeps = [keep or key in keys for key in first]
+    else:
+        columns = [list(c) for c in zip(*[[v for _, v in _members(o)] for o in outputs])]
+        keeps = [keep] * len(columns)
+    joined = [
+        _gather_or_keep(column, target, dim, keys, k, path + p)
+        for (p, _), column, k in zip(members, columns, keeps)
+    ]
+    return _rebuild(first, joined)
+
+
+def _mentions(obj: Any, keys: frozenset) -> bool:
+    """Whether any dict inside ``obj`` (at any depth) has one of ``keys``."""
+    if not keys or isinstance(obj, torch.Tensor):
+        return False
+    if isinstance(obj, dict) and not keys.isdisjoint(obj.keys()):
+        return True
+    return any(_mentions(value, keys) for _, value in _members(obj) or [])
+
+
+def _check_alike(outputs: Sequence[Any], path: str) -> None:
+    first = outputs[0]
+    if any(type(o) is not type(first) or len(_members(o)) != len(_members(first)) for o in outputs):
+        raise TypeError(
+            f"Cannot collect {path}: replicas returned different structures "
+            f"({', '.join(type(o).__name__ for o in outputs)})."
+        )
+    if isinstance(first, dict) and any(o.keys() != first.keys() for o in outputs):
+        raise ValueError(f"Cannot collect {path}: the replicas' dicts have different keys.")
+
+
+# [gather-except]
+
+
+# [gather-per-device]
+def gather_per_device(per_device: Any, target_device: DeviceLike, dim: int = 0) -> Any:
+    """Gather per-device tuples back into whole-batch tensors, in batch order.
+
+    The inverse of ``gather_to_one_device=False``: every tuple or list made only
+    of tensors is taken as one tensor per device and concatenated on
+    ``target_device`` in the order given, which is the order of ``device_ids``
+    and so the order of the pieces of the batch. Nothing is ever sorted by
+    device id: with ``device_ids=[2, 0, 1]`` the piece on device 2 comes first,
+    as it did in the input. Gradients flow back to each device's piece.
+    """
+    target = to_device(target_device, allow_cpu=True).torch_device
+    return _gather_tuples(per_device, target, dim, "per_device")
+
+
+def _gather_tuples(obj: Any, target: torch.device, dim: int, path: str) -> Any:
+    members = _members(obj)
+    if not members:
+        return obj  # a leaf, or an empty container
+    values = [value for _, value in members]
+    is_sequence = isinstance(obj, tuple | list) and not _is_namedtuple(obj)
+    if is_sequence and all(isinstance(v, torch.Tensor) for v in values):
+        return _join(values, target, dim, path)
+    return _rebuild(obj, [_gather_tuples(v, target, dim, path + p) for p, v in members])
+
+
+# [gather-per-device]

@@ -1,0 +1,210 @@
+"""TupleParallel: DataParallel for batches that are already split, one per device.
+
+`DataParallel` takes one batch and splits it. `TupleParallel` takes a tuple of
+N batches, N being the number of devices, and gives batch i to the replica on
+device i. Nothing is split inside the model and nothing is gathered: the result
+is a tuple of N outputs, each left on the device that computed it, so a loss
+can be computed where the output already is.
+
+The split happens earlier, in the DataLoader, with `PerDeviceCollate`. Each
+batch can be any structure (tensors in tuples, lists, dicts, namedtuples, or a
+custom object with a ``.to()`` method), which is why the split is left to the
+user's data pipeline instead of to a generic scatter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.autograd.profiler import record_function
+from torch.utils.data import default_collate
+
+from learn_parallel.data_parallel import DataParallel, check_on_source_device
+from learn_parallel.devices import Device, DeviceLike
+from learn_parallel.options import check_on_device
+from learn_parallel.scatter_gather import _is_namedtuple, _members, _rebuild
+from learn_parallel.timing import phase
+
+
+# [move-to-device]
+def move_to_device(value: Any, device: Device) -> Any:
+    """A copy of ``value`` with every tensor moved to ``device``, asynchronously.
+
+    Tuples, lists, dicts, namedtuples and dataclasses are rebuilt around the
+    moved tensors; any other object with a ``.to()`` method is moved by calling
+    ``value.to(device, non_blocking=True)``; anything else is returned as is.
+    The copy is non-blocking, which overlaps with compute when the source is in
+    pinned memory (DataLoader's ``pin_memory=True``).
+    """
+    # A custom batch type (even a dataclass) knows best how to move itself.
+    is_container = isinstance(value, tuple | list | dict | type)
+    if isinstance(value, torch.Tensor) or (
+        not is_container and callable(getattr(value, "to", None))
+    ):
+        return value.to(device.torch_device, non_blocking=True)
+    members = _members(value)
+    if not members:
+        return value
+    return _rebuild(value, [move_to_device(member, device) for _, member in members])
+
+
+# [move-to-device]
+
+
+# [tuple-parallel]
+class TupleParallel(DataParallel):
+    """Run ``module`` on N per-device batches at once; return N outputs, left in place.
+
+    Takes DataParallel's constructor arguments (``output_device`` is accepted
+    for compatibility but unused: nothing is gathered), plus ``transfer``:
+    with ``transfer=True`` (the default) batch i is moved to device i, and the
+    keyword arguments, shared by every replica, are moved to every device; with
+    ``transfer=False`` batch i must already sit there, which is checked for
+    tensors (custom objects cannot be inspected). On simulated devices every
+    tensor lives on the CPU, so the check sees only the backing torch device.
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        device_ids: Sequence[DeviceLike] | None = None,
+        output_device: DeviceLike | None = None,
+        dim: int = 0,
+        *,
+        transfer: bool = True,
+    ) -> None:
+        super().__init__(module, device_ids, output_device, dim)
+        self.transfer = transfer
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, transfer={self.transfer}"
+
+    def forward(self, batches: Sequence[Any], **kwargs: Any) -> tuple[Any, ...]:
+        """``module(batches[i], **kwargs)`` on device i, for every i; returns the N outputs."""
+        with record_function("learn_parallel.TupleParallel.forward"):
+            check_on_source_device(self.module, self.src_device)
+            with phase("scatter"):
+                inputs, kwargs_tup = self._place(batches, kwargs)
+            if len(self.devices) == 1:
+                with phase("forward", self.src_device):
+                    return (self.module(*inputs[0], **kwargs_tup[0]),)
+            with phase("replicate"):
+                replicas = self.replicate(self.module, self.device_ids)
+            return tuple(self.parallel_apply(replicas, inputs, kwargs_tup))
+
+    def _place(
+        self, batches: Sequence[Any], kwargs: dict[str, Any]
+    ) -> tuple[list[tuple[Any]], list[dict[str, Any]]]:
+        """Per-replica (args, kwargs): batch i on device i, the kwargs on every device."""
+        n = len(self.devices)
+        if not isinstance(batches, tuple | list) or _is_namedtuple(batches):
+            raise TypeError(
+                f"TupleParallel expects a tuple of {n} batches, one per device, but got a "
+                f"{type(batches).__name__}. Split the batch first (PerDeviceCollate({n}) "
+                f"as the DataLoader's collate_fn does it), or use DataParallel, which "
+                f"splits one batch for you."
+            )
+        if len(batches) != n:
+            raise ValueError(
+                f"TupleParallel got {len(batches)} batches but runs on {n} devices "
+                f"([{', '.join(map(str, self.devices))}]); pass exactly one batch per "
+                f"device, e.g. with collate_fn=PerDeviceCollate({n}) in the DataLoader."
+            )
+        if not self.transfer:
+            for i, (batch, device) in enumerate(zip(batches, self.devices)):
+                check_on_device(
+                    batch,
+                    device,
+                    f"TupleParallel(transfer=False): batches[{i}]",
+                    f"Batch i must already sit on device_ids[{i}]: move it there "
+                    f"(.to('{device.torch_device}')), or leave transfer=True so that "
+                    f"TupleParallel moves it.",
+                )
+        else:
+            batches = [move_to_device(b, d) for b, d in zip(batches, self.devices)]
+        # Keyword arguments are shared, so every replica needs its own copy on its device.
+        kwargs_tup = [move_to_device(kwargs, d) for d in self.devices]
+        return [(batch,) for batch in batches], kwargs_tup
+
+    def collate_fn(self, collate: Callable[[list], Any] = default_collate) -> PerDeviceCollate:
+        """A DataLoader ``collate_fn`` that gives this TupleParallel its N batches."""
+        return PerDeviceCollate(len(self.devices), dim=self.dim, collate=collate)
+
+
+# [tuple-parallel]
+
+
+# [per-device-collate]
+def split_batch(batch: Any, num_pieces: int, dim: int = 0) -> tuple[Any, ...]:
+    """Split every tensor in ``batch`` into ``num_pieces`` along ``dim``; one structure each.
+
+    Uses ``tensor_split``, which always gives exactly ``num_pieces`` pieces (sizes
+    differ by at most one), where ``chunk`` gives fewer for some sizes (9 rows in 8
+    chunks of 2 makes 5). Non-tensor values and 0-dim tensors go whole to every piece.
+    """
+    sizes = _batch_sizes(batch, dim)
+    if not sizes:
+        raise ValueError(
+            f"Cannot split the batch into {num_pieces} pieces: it holds no tensor "
+            f"with a dimension {dim} to split."
+        )
+    if len(set(sizes)) > 1:
+        raise ValueError(
+            f"Cannot split the batch into {num_pieces} pieces: its tensors have different "
+            f"sizes along dim {dim} ({sorted(set(sizes))}), so the pieces would not line up."
+        )
+    size = sizes[0]
+    if size < num_pieces:
+        raise ValueError(
+            f"A batch of {size} cannot be split into {num_pieces} pieces, one per device: "
+            f"each device needs at least one item. Use a batch size of at least "
+            f"{num_pieces}, and drop_last=True in the DataLoader so the last batch is full."
+        )
+    return tuple(_piece(batch, i, num_pieces, dim) for i in range(num_pieces))
+
+
+def _batch_sizes(value: Any, dim: int) -> list[int]:
+    if isinstance(value, torch.Tensor):
+        return [value.size(dim)] if value.dim() > 0 else []
+    return [s for _, member in _members(value) or [] for s in _batch_sizes(member, dim)]
+
+
+def _piece(value: Any, i: int, n: int, dim: int) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.tensor_split(n, dim)[i] if value.dim() > 0 else value
+    members = _members(value)
+    if not members:
+        return value
+    return _rebuild(value, [_piece(member, i, n, dim) for _, member in members])
+
+
+class PerDeviceCollate:
+    """A DataLoader ``collate_fn`` that stacks the items, then splits them per device.
+
+    Items are stacked by ``collate`` (``default_collate`` unless given), then cut
+    by `split_batch` into ``num_devices`` pieces: the tuple TupleParallel takes.
+    Tuple items such as ``(x, y)`` give per-device tuples ``(x_i, y_i)``. The
+    result is a tuple of tensors, which DataLoader's ``pin_memory=True`` pins
+    piece by piece. A class, not a closure, so DataLoader workers can pickle it.
+    """
+
+    def __init__(
+        self, num_devices: int, dim: int = 0, collate: Callable[[list], Any] = default_collate
+    ) -> None:
+        if num_devices < 1:
+            raise ValueError(f"num_devices must be at least 1, got {num_devices}.")
+        self.num_devices = num_devices
+        self.dim = dim
+        self.collate = collate
+
+    def __call__(self, items: list[Any]) -> tuple[Any, ...]:
+        batch = self.collate(items)
+        if type(items[0]) is tuple and type(batch) is list:
+            batch = tuple(batch)  # default_collate turns tuple items into lists
+        return split_batch(batch, self.num_devices, self.dim)
+
+
+# [per-device-collate]
