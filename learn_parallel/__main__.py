@@ -1,4 +1,4 @@
-"""Command line: ``python -m learn_parallel demo``."""
+"""Command line: ``python -m learn_parallel demo`` and ``python -m learn_parallel bench``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from learn_parallel import bench
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import device_type
 
@@ -69,9 +70,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_demo.add_argument(
         "--devices", type=int, default=None, help="number of devices (default: all)"
     )
+    run_bench = commands.add_parser(
+        "bench",
+        help="time one device, learn_parallel.DataParallel, torch.nn.DataParallel and DDP "
+        "side by side; write JSON and plots",
+    )
+    bench.build_parser(run_bench)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.command == "demo":
         demo(args.batch, args.devices)
+    elif args.command == "bench":
+        return bench.run_cli(args, argv[argv.index("bench") + 1 :])
     return 0
 
 

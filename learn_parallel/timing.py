@@ -2,23 +2,343 @@
 
 The core modules mark their phases with ``with phase(name, device):``. While
 no recorder is active that is one global lookup and nothing else.
+
+Switch a recorder on around a few training steps and mark the phases that
+happen outside ``DataParallel.forward`` yourself::
+
+    with Recorder(devices=dp.devices) as rec:
+        for _ in rec.steps(3):
+            loss = loss_fn(dp(x), y)           # scatter, replicate, forward, gather
+            with rec.phase("backward"):
+                loss.backward()
+            with rec.phase("optimizer"):
+                opt.step()
+                opt.zero_grad()
+    timeline = rec.timeline()                  # plain data, JSON-ready
+
+Clocks: on GPUs every mark is a CUDA event recorded on the device's current
+stream, so the step is never synchronised; the events are turned into
+milliseconds only when `Recorder.timeline` is called (after one synchronize).
+Simulated devices use the host clock (`time.perf_counter`). Either way, times
+are milliseconds since the recorder was switched on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import json
+import os
+import platform
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-_active: Any = None  # the recorder switched on, if any
+import torch
+
+from learn_parallel.devices import Device, DeviceLike, device_count, device_type, to_device
+
+_active: Recorder | None = None  # the recorder switched on, if any
+_OFF = nullcontext()  # reused: being off allocates nothing
+
+HOST = "host"  # the row for what the Python thread did (phases of no single device)
+PHASES = ("scatter", "replicate", "forward", "gather", "loss", "backward", "optimizer")
 
 
-@contextmanager
-def phase(name: str, device: Any = None) -> Iterator[None]:
+def phase(name: str, device: Device | DeviceLike | None = None) -> AbstractContextManager:
     """Mark one phase (``"scatter"``, ``"forward"`` ...) on ``device`` (None: all devices)."""
     recorder = _active
     if recorder is None:
-        yield
-        return
-    with recorder.span(name, device):
-        yield
+        return _OFF
+    return recorder.phase(name, device)
+
+
+# [records]
+@dataclass
+class PhaseRecord:
+    """One phase on one device in one step; times in ms since recording began."""
+
+    device: str  # "cuda:0", "sim:1" or "host"
+    phase: str
+    start_ms: float
+    end_ms: float
+    step: int
+
+    @property
+    def duration_ms(self) -> float:
+        return self.end_ms - self.start_ms
+
+
+@dataclass
+class Hardware:
+    """What made the numbers: printed in every plot title and stored with the data."""
+
+    device_type: str  # "cuda" or "sim"
+    device_count: int
+    device_names: list[str]
+    torch_version: str
+    cuda_version: str | None = None
+    python_version: str = field(default_factory=platform.python_version)
+    cpu_count: int = field(default_factory=lambda: os.cpu_count() or 1)
+
+    def label(self, count: int | None = None) -> str:
+        """``"4 x NVIDIA H200"`` or ``"4 simulated CPU devices"`` (``count`` overrides N)."""
+        n = self.device_count if count is None else count
+        if self.device_type != "cuda":
+            return f"{n} simulated CPU device{'s' if n != 1 else ''}"
+        names = sorted(set(self.device_names[:n])) or ["GPU"]
+        if len(names) == 1:
+            return f"{n} x {names[0]}"
+        return " + ".join(self.device_names[:n])
+
+
+def describe_hardware(devices: Sequence[Device] | None = None) -> Hardware:
+    """The hardware of ``devices`` (default: every device DataParallel could use here)."""
+    kind = device_type()
+    if devices is None:
+        count = device_count()
+        indices = list(range(count))
+    else:
+        count = len(devices)
+        indices = [d.index for d in devices]
+    names = (
+        [torch.cuda.get_device_name(i) for i in indices]
+        if kind == "cuda"
+        else ["simulated CPU device"] * count
+    )
+    return Hardware(kind, count, names, torch.__version__, torch.version.cuda)
+
+
+@dataclass
+class Timeline:
+    """What a recorder captured: records plus the hardware and the clock of each row."""
+
+    hardware: Hardware
+    records: list[PhaseRecord]
+    clocks: dict[str, str]  # row -> "cuda-event" or "host"
+
+    def devices(self) -> list[str]:
+        """Rows in display order: the host row first, then devices by index."""
+        rows = {r.device for r in self.records}
+
+        def key(row: str) -> tuple[int, str, int]:
+            if row == HOST:
+                return (0, "", 0)
+            kind, _, index = row.partition(":")
+            return (1, kind, int(index) if index.isdigit() else 0)
+
+        return sorted(rows, key=key)
+
+    def steps(self) -> list[int]:
+        return sorted({r.step for r in self.records})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "hardware": asdict(self.hardware),
+            "clocks": dict(self.clocks),
+            "records": [asdict(r) for r in self.records],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Timeline:
+        return cls(
+            hardware=Hardware(**data["hardware"]),
+            records=[PhaseRecord(**r) for r in data["records"]],
+            clocks=dict(data["clocks"]),
+        )
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Timeline:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+# [records]
+
+
+# [recorder]
+class _Mark:
+    """A point in time: a host clock reading, or a CUDA event to be resolved later."""
+
+    __slots__ = ("host_s", "event")
+
+    def __init__(self, device: Device | None) -> None:
+        self.event = None
+        self.host_s = 0.0
+        if device is not None and device.type == "cuda":
+            self.event = torch.cuda.Event(enable_timing=True)
+            self.event.record(torch.cuda.current_stream(device.index))
+        else:
+            self.host_s = time.perf_counter()
+
+
+class Recorder:
+    """Collects the start and end of every phase on every device, step by step.
+
+    ``devices`` are the rows that phases without a device of their own
+    (scatter, replicate, gather, and the training loop's loss, backward and
+    optimizer step) are recorded on; default: every device of this machine.
+    On GPUs such a phase gets an event pair on each of those devices' current
+    streams (when each GPU reached that point of its queue) and, with
+    ``host_row``, a host-clock bar (when Python issued it). On simulated
+    devices every row runs on the host clock, so the host row is off by default.
+
+    Backward is not split per replica: autograd runs it outside our code. On
+    GPUs the per-device bars are still that device's own: its end event
+    completes only when the device has finished the backward work queued on
+    its stream. On simulated devices CPU autograd runs every replica's
+    backward in the calling thread, so all rows show the same span.
+    """
+
+    def __init__(
+        self, devices: Sequence[DeviceLike] | None = None, host_row: bool | None = None
+    ) -> None:
+        kind = device_type()
+        ids = range(device_count()) if devices is None else devices
+        self.devices: list[Device] = [to_device(d) for d in ids]
+        self.host_row = (kind == "cuda") if host_row is None else host_row
+        self.step = 0
+        self._next_step = 0
+        self._lock = threading.Lock()
+        self._pending: list[tuple[str, str, _Mark, _Mark, int, Device | None]] = []
+        self._references: dict[Device, tuple[float, Any]] = {}
+        self._t0 = 0.0
+        self._running = False
+        self._timeline: Timeline | None = None
+
+    # -- switching on and off ------------------------------------------------
+    def start(self) -> Recorder:
+        global _active
+        if _active is not None:
+            raise RuntimeError("Another Recorder is already switched on; stop it first.")
+        self._t0 = time.perf_counter()
+        for device in self.devices:
+            self._reference(device)
+        self._running = True
+        _active = self
+        return self
+
+    def stop(self) -> None:
+        global _active
+        self._running = False
+        if _active is self:
+            _active = None
+
+    def __enter__(self) -> Recorder:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _reference(self, device: Device) -> None:
+        """Tie a device's event clock to the host clock (outside any step)."""
+        if device.type != "cuda" or device in self._references:
+            return
+        # With the GPU idle the event completes the moment it is recorded, so
+        # "ms after this event" plus its host time puts every GPU on one axis.
+        torch.cuda.synchronize(device.index)
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(device.index))
+        self._references[device] = (time.perf_counter() - self._t0, event)
+
+    # -- steps -----------------------------------------------------------------
+    def begin_step(self, step: int | None = None) -> int:
+        """Records made from now on belong to ``step`` (default: the next one)."""
+        self.step = self._next_step if step is None else step
+        self._next_step = self.step + 1
+        return self.step
+
+    def steps(self, count: int | Iterable[Any]) -> Iterator[Any]:
+        """``for _ in rec.steps(3):`` numbers the loop's steps 0, 1, 2."""
+        items = range(count) if isinstance(count, int) else count
+        for number, item in enumerate(items):
+            self.begin_step(number)
+            yield item
+
+    # -- phases ----------------------------------------------------------------
+    @contextmanager
+    def phase(self, name: str, device: Device | DeviceLike | None = None) -> Iterator[None]:
+        """Time the body as phase ``name`` on ``device`` (None: the recorder's devices)."""
+        if not self._running:
+            yield
+            return
+        where = [to_device(device)] if device is not None else self.devices
+        step = self.step
+        starts = self._marks(where)
+        host_start = _Mark(None) if device is None and self.host_row else None
+        try:
+            yield
+        finally:
+            ends = self._marks(where)
+            new = [(str(d), name, s, e, step, d) for d, s, e in zip(where, starts, ends)]
+            if host_start is not None:
+                new.append((HOST, name, host_start, _Mark(None), step, None))
+            with self._lock:
+                self._pending.extend(new)
+                self._timeline = None
+
+    @staticmethod
+    def _marks(devices: Sequence[Device]) -> list[_Mark]:
+        # Simulated devices all read the one host clock: read it once.
+        host = None
+        marks = []
+        for d in devices:
+            if d.type == "cuda":
+                marks.append(_Mark(d))
+            else:
+                host = host or _Mark(None)
+                marks.append(host)
+        return marks
+
+    # -- reading ---------------------------------------------------------------
+    def timeline(self) -> Timeline:
+        """Everything recorded so far, in ms; waits for the GPUs once, here."""
+        with self._lock:
+            pending = list(self._pending)
+            if self._timeline is not None:
+                return self._timeline
+        gpus = {d for *_, d in pending if d is not None and d.type == "cuda"}
+        for device in gpus:
+            if device not in self._references:
+                self._reference(device)  # first seen mid-run: this costs one sync
+            torch.cuda.synchronize(device.index)
+        records, clocks = [], {}
+        for row, name, start, end, step, device in pending:
+            records.append(
+                PhaseRecord(row, name, self._ms(start, device), self._ms(end, device), step)
+            )
+            clocks[row] = "cuda-event" if start.event is not None else "host"
+        hardware_devices = sorted(
+            {d for *_, d in pending if d is not None} | set(self.devices),
+            key=lambda d: d.index or 0,
+        )
+        result = Timeline(describe_hardware(hardware_devices), records, clocks)
+        with self._lock:
+            self._timeline = result
+        return result
+
+    def records(self) -> list[PhaseRecord]:
+        return self.timeline().records
+
+    def _ms(self, mark: _Mark, device: Device | None) -> float:
+        if mark.event is None:
+            return (mark.host_s - self._t0) * 1e3
+        offset_s, reference = self._references[device]
+        return offset_s * 1e3 + reference.elapsed_time(mark.event)
+
+
+# [recorder]
+
+
+def record(devices: Sequence[DeviceLike] | None = None, host_row: bool | None = None) -> Recorder:
+    """Switch a new recorder on and return it; call ``.stop()`` when done."""
+    return Recorder(devices, host_row).start()
+
+
+def active() -> Recorder | None:
+    """The recorder switched on right now, if any."""
+    return _active

@@ -1,0 +1,764 @@
+"""``python -m learn_parallel bench``: one device, both DataParallels and DDP, side by side.
+
+Every measurement is a full training step (forward, loss, backward, SGD step)
+on synthetic data: a few warm-up steps, then timed steps, each ended by a
+device synchronize; the median is reported. learn_parallel's steps are also
+recorded per device (`learn_parallel.timing`) after the timed steps, so the
+recording never slows the timed ones. Everything lands under ``--out``:
+``bench.json`` (numbers, timelines, hardware, command, git commit), PNG plots
+and the DDP processes' logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from learn_parallel.bench_ddp import share
+from learn_parallel.data_parallel import DataParallel
+from learn_parallel.devices import SIMULATED_DEVICES_ENV, Device, device_count, device_type
+from learn_parallel.timing import Recorder, describe_hardware, phase
+from learn_parallel.workloads import (
+    CONV_MODELS,
+    Workload,
+    build_model,
+    loss_function,
+    make_batch,
+    parameter_count,
+)
+
+IMPLEMENTATIONS = ("single", "learn_parallel", "torch_dp", "ddp")
+# NVLink SHARP / multicast is off on the lent GPU machines; NCCL must not try it.
+NCCL_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+TORCH_DP_ON_CPU = (
+    "not applicable on simulated devices: without GPUs torch.nn.DataParallel "
+    "just calls the module once on the CPU"
+)
+SCHEMA = "learn_parallel.bench/1"
+
+
+# [settings]
+@dataclass
+class Settings:
+    """A resolved benchmark run: what to measure, how long, and where to write."""
+
+    workloads: list[Workload]
+    devices: list[int]
+    implementations: list[str]
+    cudnn_modes: list[bool]
+    warmup: int
+    steps: int
+    timeline_steps: int
+    lr: float
+    seed: int
+    out: Path
+    ddp_timeout: float
+    progress: bool = True
+    plots: bool = True
+    notes: list[str] = field(default_factory=list)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 1,2,4, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"device counts must be 1 or more, got {text!r}")
+    return values
+
+
+def _choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        values = [v.strip() for v in text.split(",") if v.strip()]
+        unknown = [v for v in values if v not in allowed]
+        if unknown or not values:
+            raise argparse.ArgumentTypeError(
+                f"unknown {', '.join(unknown) or 'empty list'}; choose from {','.join(allowed)}"
+            )
+        return [a for a in allowed if a in values]
+
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``bench`` options. Unset sizes get GPU defaults, or small ones on the CPU."""
+    on_gpu = torch.cuda.is_available()
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("out/bench"),
+        help="directory for bench.json, the PNG plots and DDP logs (default out/bench)",
+    )
+    parser.add_argument(
+        "--devices",
+        type=_int_list,
+        default=None,
+        help="device counts to measure, e.g. 1,2,4 (default: 1, 2, 4 ... up to every "
+        "GPU, or up to the simulated devices without GPUs; --quick: 1,2)",
+    )
+    parser.add_argument(
+        "--workloads",
+        type=_choices(("mlp", "conv")),
+        default=["mlp", "conv"],
+        help="comma-separated: mlp (Linear layers) and/or conv (ResNet-18 or a small CNN); "
+        "default mlp,conv",
+    )
+    parser.add_argument(
+        "--implementations",
+        type=_choices(IMPLEMENTATIONS),
+        default=list(IMPLEMENTATIONS),
+        help="comma-separated subset of single (one device, no wrapper), learn_parallel, "
+        "torch_dp (torch.nn.DataParallel, GPUs only), ddp (DistributedDataParallel, one "
+        "process per device via torchrun); default: all four",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny models and few steps, for tests and a first look (about half a minute "
+        "on a 2-core CPU)",
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=None, help="untimed steps first (default 5; CPU 2; quick 2)"
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="timed steps; the median is reported (default 20; CPU 5; quick 5)",
+    )
+    parser.add_argument(
+        "--timeline-steps",
+        type=int,
+        default=None,
+        help="extra steps recorded per device for the timeline plots, after the timed "
+        "ones (default 3; quick 2; 0 turns recording off)",
+    )
+    parser.add_argument(
+        "--mlp-batch",
+        type=int,
+        default=None,
+        help="MLP global batch (default 4096; CPU 512; quick 64)",
+    )
+    parser.add_argument(
+        "--mlp-width",
+        type=int,
+        default=None,
+        help="MLP features per layer (default 2048; CPU 512; quick 128)",
+    )
+    parser.add_argument("--mlp-layers", type=int, default=4, help="MLP Linear layers (default 4)")
+    parser.add_argument(
+        "--conv-batch",
+        type=int,
+        default=None,
+        help="conv net global batch (default 512; CPU 32; quick 16)",
+    )
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        default=None,
+        help="conv net input height and width (default 128; CPU 32; quick 16)",
+    )
+    parser.add_argument(
+        "--conv-model",
+        choices=CONV_MODELS,
+        default=None,
+        help="resnet18 (needs torchvision), small_cnn (the package's own), or auto: "
+        "resnet18 when torchvision imports (default auto; quick small_cnn)",
+    )
+    parser.add_argument(
+        "--cudnn-benchmark",
+        choices=("off", "on", "both"),
+        default=None,
+        help="torch.backends.cudnn.benchmark for the conv net; 'both' measures it twice, "
+        "since torch.nn.DataParallel's fresh threads re-tune every step with it on "
+        f"(default {'both' if on_gpu else 'off'} here: it only matters on GPUs)",
+    )
+    parser.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for weights and data")
+    parser.add_argument(
+        "--ddp-timeout",
+        type=float,
+        default=300.0,
+        help="seconds one torchrun launch (all workloads for one device count) may take "
+        "before it is stopped and marked failed (default 300)",
+    )
+    parser.add_argument("--no-plots", action="store_true", help="write bench.json only")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Fill in every unset option from the machine (GPU or CPU) and ``--quick``."""
+    on_gpu = torch.cuda.is_available()
+
+    def pick(value: Any, gpu: Any, cpu: Any, quick: Any) -> Any:
+        if value is not None:
+            return value
+        return quick if args.quick else (gpu if on_gpu else cpu)
+
+    notes = []
+    available = device_count()
+    default_counts = [n for n in (1, 2, 4, 8, 16) if n <= available] + [available]
+    devices = args.devices or ([1, 2] if args.quick else sorted(set(default_counts)))
+    if max(devices) > available:
+        if on_gpu:
+            raise SystemExit(
+                f"--devices asks for {max(devices)} GPUs but only {available} are visible."
+            )
+        # Simulated devices are only threads: make as many as were asked for.
+        os.environ[SIMULATED_DEVICES_ENV] = str(max(devices))
+        notes.append(f"{SIMULATED_DEVICES_ENV} set to {max(devices)}")
+
+    workloads = []
+    if "mlp" in args.workloads:
+        workloads.append(
+            Workload(
+                "mlp",
+                batch=pick(args.mlp_batch, 4096, 512, 64),
+                width=pick(args.mlp_width, 2048, 512, 128),
+                layers=args.mlp_layers,
+            )
+        )
+    if "conv" in args.workloads:
+        workloads.append(
+            Workload(
+                "conv",
+                batch=pick(args.conv_batch, 512, 32, 16),
+                image_size=pick(args.image_size, 128, 32, 16),
+                model=pick(args.conv_model, "auto", "auto", "small_cnn"),
+            ).resolved()
+        )
+    mode = pick(args.cudnn_benchmark, "both", "off", "both" if on_gpu else "off")
+    cudnn_modes = {"off": [False], "on": [True], "both": [False, True]}[mode]
+    implementations = list(args.implementations)
+    if "single" in implementations and 1 not in devices:
+        notes.append("single is always measured on one device")
+    return Settings(
+        workloads=workloads,
+        devices=devices,
+        implementations=implementations,
+        cudnn_modes=cudnn_modes,
+        warmup=pick(args.warmup, 5, 2, 2),
+        steps=max(1, pick(args.steps, 20, 5, 5)),
+        timeline_steps=pick(args.timeline_steps, 3, 3, 2),
+        lr=args.lr,
+        seed=args.seed,
+        out=args.out,
+        ddp_timeout=args.ddp_timeout,
+        progress=not args.no_progress,
+        plots=not args.no_plots,
+        notes=notes,
+    )
+
+
+# [settings]
+
+
+@dataclass(frozen=True)
+class Group:
+    """One workload under one cudnn.benchmark setting: one table, one set of plots."""
+
+    workload: Workload
+    cudnn_benchmark: bool | None  # None: the setting does not matter (MLP, or no GPU)
+
+    @property
+    def key(self) -> str:
+        if self.cudnn_benchmark is None:
+            return self.workload.kind
+        return f"{self.workload.kind}-cudnn-benchmark-{'on' if self.cudnn_benchmark else 'off'}"
+
+    def title(self) -> str:
+        extra = ""
+        if self.cudnn_benchmark is not None:
+            extra = f", cudnn.benchmark {'on' if self.cudnn_benchmark else 'off'}"
+        return self.workload.describe() + extra
+
+
+def groups_of(settings: Settings) -> list[Group]:
+    groups = []
+    for w in settings.workloads:
+        if w.kind == "conv" and torch.cuda.is_available():
+            groups += [Group(w, mode) for mode in settings.cudnn_modes]
+        else:
+            groups.append(Group(w, None))
+    return groups
+
+
+# [measure]
+def _synchronize(count: int) -> None:
+    if torch.cuda.is_available():
+        for index in range(count):
+            torch.cuda.synchronize(index)
+
+
+def _source() -> torch.device:
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def train_step(
+    model: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    workload: Workload,
+    optimizer: Any,
+) -> None:
+    """One full training step; the phase marks cost nothing unless a recorder is on."""
+    output = model(x)
+    with phase("loss"):
+        loss = loss_function(workload, output, y)
+    with phase("backward"):
+        loss.backward()
+    with phase("optimizer"):
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def time_steps(step: Callable[[], None], sync: Callable[[], None], warmup: int, steps: int):
+    """Per-step wall times in ms: warm-up steps untimed, then each step ended by ``sync``."""
+    for _ in range(warmup):
+        step()
+    sync()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def measure_in_process(
+    implementation: str, group: Group, count: int, settings: Settings
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Time one implementation on ``count`` devices in this process; maybe record a timeline."""
+    row = _row(group, implementation, count)
+    if implementation == "torch_dp" and not torch.cuda.is_available():
+        row.update(status="not applicable", note=TORCH_DP_ON_CPU)
+        return row, None
+    torch.backends.cudnn.benchmark = bool(group.cudnn_benchmark)
+    timeline = None
+    try:
+        times, timeline = _train_and_time(implementation, group.workload, count, settings)
+        row.update(_summary(times, group.workload.batch))
+    except Exception as error:  # noqa: BLE001 - one failure (say, out of memory) is a row
+        row.update(status="failed", note=f"{type(error).__name__}: {error}"[:500])
+    finally:
+        gc.collect()  # the model and its replicas are gone: give their memory back
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return row, timeline
+
+
+def _train_and_time(
+    implementation: str, workload: Workload, count: int, settings: Settings
+) -> tuple[list[float], dict[str, Any] | None]:
+    source = _source()
+    model = build_model(workload, settings.seed).to(source)
+    ids = list(range(count))
+    forward: Callable[[torch.Tensor], torch.Tensor]
+    if implementation == "learn_parallel":
+        forward = dp = DataParallel(model, device_ids=ids)
+        recorded_on = dp.devices
+    elif implementation == "torch_dp":
+        forward = torch.nn.DataParallel(model, device_ids=ids)
+        recorded_on = None  # torch's DataParallel has no phase marks
+    else:
+        # The one-device baseline marks its own forward, so its timeline has one too.
+        device = Device(device_type(), 0)
+        recorded_on = [device]
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            with phase("forward", device):
+                return model(x)
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=settings.lr)
+    x, y = make_batch(workload, workload.batch, source, settings.seed)
+
+    def step() -> None:
+        train_step(forward, x, y, workload, optimizer)
+
+    times = time_steps(step, lambda: _synchronize(count), settings.warmup, settings.steps)
+    timeline = None
+    if recorded_on is not None and settings.timeline_steps > 0:
+        with Recorder(devices=recorded_on) as recorder:
+            for _ in recorder.steps(settings.timeline_steps):
+                step()
+        timeline = recorder.timeline().to_dict()
+    return times, timeline
+
+
+# [measure]
+
+
+def _row(group: Group, implementation: str, count: int) -> dict[str, Any]:
+    return {
+        "group": group.key,
+        "workload": group.workload.kind,
+        "model": group.workload.model,
+        "cudnn_benchmark": group.cudnn_benchmark,
+        "implementation": implementation,
+        "devices": 1 if implementation == "single" else count,
+        "global_batch": group.workload.batch,
+        "status": "ok",
+        "note": "",
+    }
+
+
+def _summary(times: list[float], batch: int) -> dict[str, Any]:
+    median = statistics.median(times)
+    return {
+        "step_ms": median,
+        "step_ms_min": min(times),
+        "step_ms_mean": statistics.fmean(times),
+        "step_ms_all": times,
+        "samples_per_s": batch / (median / 1e3),
+    }
+
+
+# [ddp]
+def ddp_environment(count: int) -> dict[str, str]:
+    """The environment of ``count`` DDP processes: NCCL settings, our package, CPU threads."""
+    env = dict(os.environ)
+    for name, value in NCCL_ENV.items():
+        env.setdefault(name, value)
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    if not torch.cuda.is_available():
+        # Share the cores the way the simulated devices share them in one process.
+        env.setdefault("OMP_NUM_THREADS", str(max(1, torch.get_num_threads() // count)))
+    return env
+
+
+def run_ddp(count: int, groups: Sequence[Group], settings: Settings) -> list[dict[str, Any]]:
+    """Launch ``count`` DDP processes with torchrun; they time every group in one go."""
+    folder = settings.out / "ddp"
+    folder.mkdir(parents=True, exist_ok=True)
+    config_path = folder / f"config-{count}.json"
+    result_path = folder / f"result-{count}.json"
+    log_path = folder / f"torchrun-{count}.log"
+    result_path.unlink(missing_ok=True)
+    jobs = [
+        {"key": g.key, "workload": g.workload.to_dict(), "cudnn_benchmark": bool(g.cudnn_benchmark)}
+        for g in groups
+    ]
+    config = {
+        "jobs": jobs,
+        "warmup": settings.warmup,
+        "steps": settings.steps,
+        "lr": settings.lr,
+        "seed": settings.seed,
+    }
+    config_path.write_text(json.dumps(config, indent=1))
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc_per_node={count}", "-m", "learn_parallel.bench_ddp",
+        "--config", str(config_path), "--result", str(result_path),
+    ]  # fmt: skip
+    rows = [_row(g, "ddp", count) for g in groups]
+    too_small = [g for g in groups if share(g.workload.batch, count, count - 1) == 0]
+    if too_small:  # a rank without data would leave the others waiting in all-reduce
+        for row in rows:
+            row.update(status="failed", note=f"global batch too small for {count} processes")
+        return rows
+    backend = "NCCL" if torch.cuda.is_available() else "gloo, one CPU process per device"
+    for row in rows:
+        row["note"] = f"{count} process(es) via torchrun, {backend}"
+    failure = ""
+    try:
+        with log_path.open("w") as log:
+            done = subprocess.run(
+                command, env=ddp_environment(count), stdout=log, stderr=subprocess.STDOUT,
+                timeout=settings.ddp_timeout, check=False,
+            )  # fmt: skip
+        if done.returncode != 0 or not result_path.exists():
+            tail = log_path.read_text()[-800:]
+            failure = f"torchrun exited with {done.returncode}; log {log_path}: ...{tail}"
+    except subprocess.TimeoutExpired:
+        failure = f"stopped after {settings.ddp_timeout:.0f} s (--ddp-timeout); log {log_path}"
+    if failure:
+        for row in rows:
+            row.update(status="failed", note=failure)
+        return rows
+    by_key = {entry["key"]: entry for entry in json.loads(result_path.read_text())}
+    for row, group in zip(rows, groups):
+        entry = by_key.get(group.key, {"status": "failed", "note": "no result"})
+        if entry["status"] == "ok":
+            row.update(_summary(entry["step_ms_all"], group.workload.batch))
+        else:
+            row.update(status="failed", note=entry["note"])
+    return rows
+
+
+# [ddp]
+
+
+class _Progress:
+    """tqdm when it is installed, a printed line per task otherwise."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.enabled, self.total, self.done = enabled, total, 0
+        self.bar = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, unit="run", file=sys.stderr)
+            except ImportError:
+                pass
+
+    def start(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.set_description(text)
+        elif self.enabled:
+            print(f"[{self.done + 1}/{self.total}] {text} ...", file=sys.stderr, flush=True)
+
+    def finish(self, count: int = 1) -> None:
+        self.done += count
+        if self.bar is not None:
+            self.bar.update(count)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+# [run]
+def run(settings: Settings, command_line: str = "") -> dict[str, Any]:
+    """Measure everything ``settings`` asks for; return (and write) the report."""
+    for name, value in NCCL_ENV.items():
+        os.environ.setdefault(name, value)  # our own DataParallels broadcast with NCCL too
+    settings.out.mkdir(parents=True, exist_ok=True)
+    groups = groups_of(settings)
+    in_process = [i for i in settings.implementations if i != "ddp"]
+    tasks = [
+        (impl, group, n)
+        for group in groups
+        for n in settings.devices
+        for impl in in_process
+        if impl != "single" or n == settings.devices[0]
+    ]
+    ddp_counts = settings.devices if "ddp" in settings.implementations else []
+    progress = _Progress(len(tasks) + len(ddp_counts), settings.progress)
+    results, timelines = [], []
+    started = time.perf_counter()
+    for impl, group, n in tasks:
+        progress.start(f"{group.key} {impl} {1 if impl == 'single' else n} dev")
+        row, timeline = measure_in_process(impl, group, n, settings)
+        results.append(row)
+        if timeline is not None:
+            timelines.append(
+                {"group": group.key, "implementation": impl, "devices": row["devices"],
+                 "timeline": timeline}
+            )  # fmt: skip
+        progress.finish()
+    for n in ddp_counts:
+        progress.start(f"ddp {n} processes (torchrun)")
+        results += run_ddp(n, groups, settings)
+        progress.finish()
+    progress.close()
+
+    report = {
+        "schema": SCHEMA,
+        "meta": _metadata(settings, command_line, time.perf_counter() - started),
+        "groups": [
+            {
+                "key": g.key,
+                "title": g.title(),
+                "workload": g.workload.to_dict(),
+                "cudnn_benchmark": g.cudnn_benchmark,
+                "parameters": parameter_count(build_model(g.workload, settings.seed)),
+            }
+            for g in groups
+        ],  # fmt: skip
+        "results": results,
+        "timelines": timelines,
+        "plots": [],
+    }
+    if settings.plots:
+        report["plots"] = write_plots(report, settings.out)
+    (settings.out / "bench.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+# [run]
+
+
+def _git_commit() -> dict[str, Any] | None:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if commit.returncode != 0:
+            return None
+        status = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True,
+            timeout=10,
+        )  # fmt: skip
+        return {"commit": commit.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _metadata(settings: Settings, command_line: str, seconds: float) -> dict[str, Any]:
+    hardware = describe_hardware()
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": command_line,
+        "git": _git_commit(),
+        "hardware": hardware.__dict__ | {"label": hardware.label()},
+        "torch_version": torch.__version__,
+        "cudnn_version": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+        "settings": {
+            "devices": settings.devices,
+            "implementations": settings.implementations,
+            "warmup": settings.warmup,
+            "steps": settings.steps,
+            "timeline_steps": settings.timeline_steps,
+            "lr": settings.lr,
+            "seed": settings.seed,
+            "notes": settings.notes,
+        },
+        "nccl_env": {k: os.environ.get(k) for k in NCCL_ENV} if torch.cuda.is_available() else {},
+        "duration_s": round(seconds, 1),
+        "timing": "median of per-step wall times; each step ends with a synchronize of every "
+        "device used; DDP: the slowest rank per step",
+    }
+
+
+def write_plots(report: dict[str, Any], out: Path) -> list[str]:
+    """Scaling, step time, timeline and phase plots per group; returns the file names."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # a command line run never needs a window
+    import matplotlib.pyplot as plt
+
+    from learn_parallel.plots import (
+        plot_implementations,
+        plot_phase_breakdown,
+        plot_scaling,
+        plot_timeline,
+    )
+    from learn_parallel.timing import Hardware, Timeline
+
+    hardware_data = {k: v for k, v in report["meta"]["hardware"].items() if k != "label"}
+    hardware = Hardware(**hardware_data)
+    written = []
+
+    def save(fig: Any, name: str) -> None:
+        fig.savefig(out / name, dpi=120)
+        plt.close(fig)
+        written.append(name)
+
+    for group in report["groups"]:
+        key, title = group["key"], group["title"]
+        rows = [r for r in report["results"] if r["group"] == key]
+        save(plot_scaling(rows, hardware, title), f"{key}-scaling.png")
+        save(plot_implementations(rows, hardware, title), f"{key}-step-time.png")
+        recorded = [
+            t for t in report["timelines"]
+            if t["group"] == key and t["implementation"] == "learn_parallel"
+        ]  # fmt: skip
+        if recorded:
+            widest = max(recorded, key=lambda t: t["devices"])
+            timeline = Timeline.from_dict(widest["timeline"])
+            what = "learn_parallel.DataParallel"
+            save(plot_timeline(timeline, title=f"{what}, one training step per device\n{title}"),
+                 f"{key}-timeline.png")  # fmt: skip
+            save(
+                plot_phase_breakdown(timeline, title=f"{what}, time per phase and device\n{title}"),
+                f"{key}-phases.png",
+            )
+    return written
+
+
+def summary_table(report: dict[str, Any]) -> str:
+    """The printed table: step time, throughput, and time ratios at the same device count."""
+    lines = []
+    for group in report["groups"]:
+        rows = [r for r in report["results"] if r["group"] == group["key"]]
+        lines.append(f"\n{group['title']}  ({report['meta']['hardware']['label']})")
+        lines.append(
+            f"{'implementation':<30}{'devices':>8}{'step ms':>10}{'samples/s':>12}"
+            f"{'÷ torch DP':>12}{'÷ DDP':>8}"
+        )
+
+        def reference(impl: str, n: int, rows: list = rows) -> float | None:
+            match = [r for r in rows if r["implementation"] == impl and r["devices"] == n]
+            return match[0].get("step_ms") if match and match[0]["status"] == "ok" else None
+
+        for r in sorted(
+            rows, key=lambda r: (r["devices"], IMPLEMENTATIONS.index(r["implementation"]))
+        ):
+            name = r["implementation"]
+            if r["status"] == "not applicable":
+                lines.append(f"{name:<30}{r['devices']:>8}  n/a (GPUs only)")
+                continue
+            if r["status"] != "ok":
+                lines.append(f"{name:<30}{r['devices']:>8}  failed: {r['note'][:200]}")
+                continue
+            ratios = []
+            for ref in ("torch_dp", "ddp"):
+                base = reference(ref, r["devices"])
+                ratios.append(f"{r['step_ms'] / base:.2f}" if base else "-")
+            lines.append(
+                f"{name:<30}{r['devices']:>8}{r['step_ms']:>10.2f}{r['samples_per_s']:>12.0f}"
+                f"{ratios[0]:>12}{ratios[1]:>8}"
+            )
+    lines.append(
+        "\n÷ torch DP, ÷ DDP: this step time divided by theirs at the same device count "
+        "(below 1 is faster)."
+    )
+    return "\n".join(lines)
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="python -m learn_parallel bench")
+    parser.description = __doc__
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    add_arguments(parser)
+    return parser
+
+
+def run_cli(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """Run from parsed options, print the summary table; ``argv`` is kept for the record."""
+    settings = settings_from_args(args)
+    command_line = shlex.join(["python", "-m", "learn_parallel", "bench", *argv])
+    report = run(settings, command_line)
+    print(summary_table(report))
+    if not torch.cuda.is_available():
+        print("Devices are simulated on the CPU: these are host timings, not GPU times.")
+    seconds = report["meta"]["duration_s"]
+    print(f"\nWrote {settings.out / 'bench.json'} and {len(report['plots'])} plots in {seconds} s.")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m learn_parallel.bench [options]`` (same as ``python -m learn_parallel bench``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return run_cli(build_parser().parse_args(argv), argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,255 @@
+"""Plots of recorded timelines and benchmark results (matplotlib, safe without a display).
+
+Every function takes plain data (a `Timeline`, or benchmark result rows as
+dicts, exactly as they sit in the JSON file), returns the matplotlib Figure,
+and puts the hardware that made the numbers in the title.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# Without a display matplotlib falls back to Agg by itself; notebooks keep inline.
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from learn_parallel.timing import PHASES, Hardware, Timeline
+
+PHASE_COLORS = {
+    "scatter": "#4C72B0",
+    "replicate": "#DD8452",
+    "forward": "#55A868",
+    "gather": "#C44E52",
+    "loss": "#8172B3",
+    "backward": "#937860",
+    "optimizer": "#DA8BC3",
+}
+IMPLEMENTATION_LABELS = {
+    "single": "one device, no wrapper",
+    "learn_parallel": "learn_parallel.DataParallel",
+    "torch_dp": "torch.nn.DataParallel",
+    "ddp": "DistributedDataParallel",
+}
+IMPLEMENTATION_COLORS = {
+    "single": "#7F7F7F",
+    "learn_parallel": "#2CA02C",
+    "torch_dp": "#1F77B4",
+    "ddp": "#FF7F0E",
+}
+
+Result = Mapping[str, Any]
+
+
+def _color(phase: str) -> str:
+    return PHASE_COLORS.get(phase, "#BBBBBB")
+
+
+def _phases_in(timeline: Timeline) -> list[str]:
+    seen = {r.phase for r in timeline.records}
+    return [p for p in PHASES if p in seen] + sorted(seen - set(PHASES))
+
+
+def _clock_note(timeline: Timeline) -> str:
+    if timeline.hardware.device_type == "cuda":
+        return "GPU rows: CUDA events; host row: when Python issued the work"
+    return "host clock (simulated devices share the CPU)"
+
+
+# [plot-timeline]
+def plot_timeline(
+    timeline: Timeline, step: int | None = None, title: str | None = None, ax: Any = None
+) -> Figure:
+    """One row per device, one coloured bar per phase, for one step (default: the last).
+
+    ``title`` says what ran; a second line always names the hardware and clock.
+    """
+    step = timeline.steps()[-1] if step is None else step
+    records = [r for r in timeline.records if r.step == step]
+    if not records:
+        raise ValueError(f"No records for step {step}; recorded steps: {timeline.steps()}.")
+    origin = min(r.start_ms for r in records)
+    rows = [d for d in timeline.devices() if any(r.device == d for r in records)]
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * len(rows)), layout="constrained")
+    fig = ax.figure
+    for y, row in enumerate(rows):
+        for r in records:
+            if r.device == row:
+                ax.barh(
+                    y, r.duration_ms, left=r.start_ms - origin, height=0.6, color=_color(r.phase)
+                )
+    ax.set_yticks(range(len(rows)), rows)
+    ax.invert_yaxis()  # first device on top
+    ax.set_xlabel("time since the step began (ms)")
+    ax.grid(axis="x", alpha=0.3)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=_color(p)) for p in _phases_in(timeline)]
+    ax.legend(
+        handles, _phases_in(timeline), loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False
+    )
+    hw = timeline.hardware.label()
+    ax.set_title(f"{title or 'One training step, per device'}\n{hw}; {_clock_note(timeline)}")
+    return fig
+
+
+# [plot-timeline]
+
+
+def phase_totals(timeline: Timeline, steps: Sequence[int] | None = None) -> dict[str, dict]:
+    """Mean milliseconds per step spent in each phase, per row: ``{row: {phase: ms}}``."""
+    steps = timeline.steps() if steps is None else list(steps)
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for r in timeline.records:
+        if r.step in steps:
+            totals[r.device][r.phase] += r.duration_ms / len(steps)
+    return {row: dict(by_phase) for row, by_phase in totals.items()}
+
+
+def plot_phase_breakdown(
+    timeline: Timeline,
+    steps: Sequence[int] | None = None,
+    title: str | None = None,
+    ax: Any = None,
+) -> Figure:
+    """Stacked bars: the mean time per step each device spends in each phase."""
+    totals = phase_totals(timeline, steps)
+    rows = [d for d in timeline.devices() if d in totals]
+    phases = _phases_in(timeline)
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * len(rows)), layout="constrained")
+    fig = ax.figure
+    left = [0.0] * len(rows)
+    for p in phases:
+        widths = [totals[row].get(p, 0.0) for row in rows]
+        ax.barh(range(len(rows)), widths, left=left, height=0.6, color=_color(p), label=p)
+        left = [a + b for a, b in zip(left, widths)]
+    for y, total in enumerate(left):
+        ax.text(total, y, f" {total:.1f} ms", va="center", fontsize=9)
+    ax.set_yticks(range(len(rows)), rows)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(left, default=1) * 1.15 or 1)
+    ax.set_xlabel("mean time per step (ms)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    n = len(timeline.steps() if steps is None else steps)
+    hw = timeline.hardware.label()
+    what = title or "Where each device's time goes"
+    ax.set_title(f"{what}\nmean of {n} step{'s' if n != 1 else ''}, {hw}")
+    return fig
+
+
+def _hardware_label(hardware: Hardware | str, count: int | None = None) -> str:
+    return hardware if isinstance(hardware, str) else hardware.label(count)
+
+
+def _ok(results: Sequence[Result]) -> list[Result]:
+    return [r for r in results if r.get("status") == "ok" and r.get("step_ms")]
+
+
+def _by_implementation(results: Sequence[Result]) -> dict[str, list[Result]]:
+    groups: dict[str, list[Result]] = defaultdict(list)
+    for r in sorted(results, key=lambda r: r["devices"]):
+        groups[r["implementation"]].append(r)
+    order = list(IMPLEMENTATION_LABELS)
+    return dict(sorted(groups.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 9))
+
+
+# [plot-scaling]
+def plot_scaling(
+    results: Sequence[Result], hardware: Hardware | str, title: str = "", ax: Any = None
+) -> Figure:
+    """Throughput (samples/s) against device count, with ideal linear scaling.
+
+    ``results`` are the rows of one workload. The ideal line starts from the
+    one-device, no-wrapper throughput (or the best one-device number).
+    """
+    ok = _ok(results)
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 5), layout="constrained")
+    fig = ax.figure
+    counts = sorted({r["devices"] for r in results}) or [1]
+    base = [r for r in ok if r["implementation"] == "single"] or [
+        r for r in ok if r["devices"] == 1
+    ]
+    if base:
+        one = max(r["samples_per_s"] for r in base)
+        ax.plot(counts, [one * n for n in counts], "k--", lw=1, label="ideal (one device x N)")
+    for impl, rows in _by_implementation(ok).items():
+        ax.plot(
+            [r["devices"] for r in rows],
+            [r["samples_per_s"] for r in rows],
+            marker="o",
+            color=IMPLEMENTATION_COLORS.get(impl),
+            label=IMPLEMENTATION_LABELS.get(impl, impl),
+        )
+    ax.set_xticks(counts)
+    ax.set_xlabel("devices")
+    ax.set_ylabel("throughput (samples/s)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    hw = _hardware_label(hardware, max(counts))
+    ax.set_title(f"{title + ': ' if title else ''}throughput vs devices\n({hw})")
+    return fig
+
+
+# [plot-scaling]
+
+
+def plot_implementations(
+    results: Sequence[Result], hardware: Hardware | str, title: str = "", ax: Any = None
+) -> Figure:
+    """Step time per implementation, grouped by device count; missing ones are marked."""
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 5), layout="constrained")
+    fig = ax.figure
+    counts = sorted({r["devices"] for r in results})
+    impls = [i for i in _by_implementation(results) if i != "single"]
+    width = 0.8 / max(len(impls), 1)
+    tallest = max((r["step_ms"] for r in _ok(results)), default=1.0)
+    for k, impl in enumerate(impls):
+        for n_index, n in enumerate(counts):
+            row = next(
+                (r for r in results if r["implementation"] == impl and r["devices"] == n), None
+            )
+            x = n_index - 0.4 + width * (k + 0.5)
+            if row is None:
+                continue
+            if row.get("status") == "ok":
+                ax.bar(x, row["step_ms"], width, color=IMPLEMENTATION_COLORS.get(impl))
+                ax.text(
+                    x, row["step_ms"], f"{row['step_ms']:.3g}", ha="center", va="bottom", fontsize=8
+                )
+            else:
+                ax.text(
+                    x,
+                    tallest * 0.02,
+                    "n/a" if row.get("status") == "not applicable" else "failed",
+                    ha="center",
+                    va="bottom",
+                    fontsize=8,
+                    rotation=90,
+                    color="#555555",
+                )
+    handles = [plt.Rectangle((0, 0), 1, 1, color=IMPLEMENTATION_COLORS.get(i)) for i in impls]
+    measured = {r["implementation"] for r in _ok(results)}
+    labels = [
+        IMPLEMENTATION_LABELS.get(i, i) + ("" if i in measured else "\n(n/a: not measured here)")
+        for i in impls
+    ]
+    single = [r for r in _ok(results) if r["implementation"] == "single"]
+    if single:
+        ms = single[0]["step_ms"]
+        handles.append(ax.axhline(ms, color=IMPLEMENTATION_COLORS["single"], ls="--", lw=1))
+        labels.append(f"{IMPLEMENTATION_LABELS['single']} ({ms:.3g} ms)")
+    ax.set_xticks(range(len(counts)), [f"{n} device{'s' if n > 1 else ''}" for n in counts])
+    ax.set_ylabel("median step time (ms), lower is better")
+    ax.set_ylim(0, tallest * 1.15)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(
+        handles, labels, fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False
+    )
+    hw = _hardware_label(hardware, max(counts, default=1))
+    ax.set_title(f"{title + ': ' if title else ''}step time per implementation\n({hw})")
+    return fig

@@ -1,0 +1,122 @@
+"""``python -m learn_parallel bench`` end to end, on simulated devices and gloo DDP.
+
+What these prove: the command runs to the end, every implementation gets a
+row for every device count (torch's DataParallel honestly marked as not
+applicable without GPUs), the numbers are positive, learn_parallel's timelines
+are stored, and the plots exist. No test here asserts any speed.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from learn_parallel import bench
+from learn_parallel.bench_ddp import share
+from learn_parallel.timing import Timeline
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench(out: Path, *options: str, gpus: bool = False) -> tuple[dict, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("LEARN_PARALLEL_SIMULATED_DEVICES", None)
+    if not gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # simulated devices, even on a GPU machine
+    done = subprocess.run(
+        [sys.executable, "-m", "learn_parallel", "bench", "--quick", "--no-progress",
+         "--out", str(out), *options],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads((out / "bench.json").read_text()), done.stdout
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory) -> tuple[Path, dict, str]:
+    out = tmp_path_factory.mktemp("bench")
+    report, stdout = _bench(out)
+    return out, report, stdout
+
+
+def test_report_has_metadata(quick_run):
+    _, report, _ = quick_run
+    meta = report["meta"]
+    assert report["schema"] == bench.SCHEMA
+    assert meta["command"].startswith("python -m learn_parallel bench --quick")
+    assert meta["hardware"]["label"] == "4 simulated CPU devices"
+    assert meta["torch_version"] and meta["date"]
+    assert meta["settings"]["devices"] == [1, 2]
+
+
+def test_every_implementation_and_device_count_has_a_row(quick_run):
+    _, report, _ = quick_run
+    assert [g["key"] for g in report["groups"]] == ["mlp", "conv"]
+    for group in report["groups"]:
+        rows = {(r["implementation"], r["devices"]): r for r in report["results"]
+                if r["group"] == group["key"]}  # fmt: skip
+        assert set(rows) == {
+            ("single", 1),
+            *((impl, n) for impl in ("learn_parallel", "torch_dp", "ddp") for n in (1, 2)),
+        }
+        for (impl, _), row in rows.items():
+            if impl == "torch_dp":
+                assert row["status"] == "not applicable" and "step_ms" not in row
+                continue
+            assert row["status"] == "ok", row
+            assert row["step_ms"] > 0 and row["samples_per_s"] > 0
+            assert len(row["step_ms_all"]) == report["meta"]["settings"]["steps"]
+
+
+def test_learn_parallel_timelines_cover_every_device(quick_run):
+    _, report, _ = quick_run
+    recorded = {(t["group"], t["implementation"], t["devices"]) for t in report["timelines"]}
+    for group in ("mlp", "conv"):
+        assert {(group, "learn_parallel", 1), (group, "learn_parallel", 2)} <= recorded
+    wide = next(t for t in report["timelines"] if t["devices"] == 2)
+    timeline = Timeline.from_dict(wide["timeline"])
+    assert timeline.devices() == ["sim:0", "sim:1"]
+    for device in timeline.devices():
+        assert {r.phase for r in timeline.records if r.device == device} == {
+            "scatter", "replicate", "forward", "gather", "loss", "backward", "optimizer",
+        }  # fmt: skip
+
+
+def test_plots_and_summary_are_written(quick_run):
+    out, report, stdout = quick_run
+    for group in ("mlp", "conv"):
+        for kind in ("scaling", "step-time", "timeline", "phases"):
+            name = f"{group}-{kind}.png"
+            assert name in report["plots"]
+            assert (out / name).stat().st_size > 1000
+    assert "samples/s" in stdout and "n/a (GPUs only)" in stdout
+
+
+def test_help_explains_every_option():
+    help_text = bench.build_parser().format_help()
+    for option in ("--devices", "--workloads", "--implementations", "--quick", "--out",
+                   "--cudnn-benchmark", "--warmup", "--steps", "--conv-batch"):  # fmt: skip
+        assert option in help_text
+
+
+def test_ddp_ranks_split_the_batch_like_chunk():
+    import torch
+
+    for batch, world in ((10, 4), (9, 8), (64, 2), (5, 1)):
+        sizes = [share(batch, world, rank) for rank in range(world)]
+        chunks = [len(c) for c in torch.arange(batch).chunk(world)]
+        assert sizes[: len(chunks)] == chunks and sum(sizes) == batch
+
+
+@pytest.mark.gpu
+def test_quick_bench_on_gpus(tmp_path):
+    report, _ = _bench(tmp_path, "--devices", "1,2", "--cudnn-benchmark", "off", gpus=True)
+    assert " x " in report["meta"]["hardware"]["label"]
+    rows = [r for r in report["results"] if r["devices"] == 2]
+    assert {r["implementation"] for r in rows} == {"learn_parallel", "torch_dp", "ddp"}
+    assert all(r["status"] == "ok" and r["step_ms"] > 0 for r in rows), rows
+    timeline = Timeline.from_dict(report["timelines"][-1]["timeline"])
+    assert "host" in timeline.devices() and set(timeline.clocks.values()) == {"host", "cuda-event"}
