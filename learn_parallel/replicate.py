@@ -113,6 +113,36 @@ def _check_replicable(network: nn.Module, source: Device) -> None:
             )
 
 
+# [shallow-copy]
+_DEFAULT_SHALLOW_COPY = nn.Module._replicate_for_data_parallel
+
+
+def shallow_copy(module: nn.Module) -> tuple[nn.Module, bool]:
+    """An empty replica of one module, and whether its attributes may be set directly.
+
+    The replica shares the original's Python attributes and hooks (a copy of its
+    ``__dict__``) but gets its own slots for parameters, buffers and children.
+    ``nn.Module`` offers this as ``_replicate_for_data_parallel``, but going
+    through ``Module.__setattr__`` costs microseconds per attribute: for
+    ResNet-18 on 4 GPUs that was about 2.6 ms of every step. So the common case
+    fills the instance dict directly; a module that overrides the method (RNNs
+    copy their lists of weights) keeps its override and its ``__setattr__``.
+    """
+    if type(module)._replicate_for_data_parallel is not _DEFAULT_SHALLOW_COPY:
+        return module._replicate_for_data_parallel(), False
+    replica = module.__new__(type(module))
+    state = module.__dict__.copy()
+    state["_parameters"] = {}
+    state["_buffers"] = state["_buffers"].copy()
+    state["_modules"] = state["_modules"].copy()
+    state["_is_replica"] = True  # makes replica.zero_grad() warn that it does nothing
+    object.__setattr__(replica, "__dict__", state)
+    return replica, True
+
+
+# [shallow-copy]
+
+
 # [replicate]
 def replicate(
     network: ModuleT, devices: Sequence[DeviceLike], detach: bool = False
@@ -146,10 +176,9 @@ def replicate(
 
     replicas_per_device = []
     for d in range(len(devices)):
-        # The shallow copy shares Python attributes and hooks with the original;
-        # a module can override this method (RNNs copy their weight lists).
-        copies = [m._replicate_for_data_parallel() for m in modules]
-        for module, replica in zip(modules, copies):
+        shells = [shallow_copy(m) for m in modules]
+        copies = [replica for replica, _ in shells]
+        for module, (replica, direct) in zip(modules, shells):
             for name, child in module._modules.items():
                 replica._modules[name] = None if child is None else copies[module_index[id(child)]]
             for name, param in module._parameters.items():
@@ -157,7 +186,11 @@ def replicate(
                 if param is not None:
                     copies_of, i = slot[id(param)]
                     value = copies_of[d][i]
-                setattr(replica, name, value)  # a plain attribute: it is not a leaf
+                # A plain attribute, not a Parameter: the copy is not a leaf.
+                if direct:
+                    replica.__dict__[name] = value
+                else:
+                    setattr(replica, name, value)
                 # Unlike PyTorch, keep the copies visible to replica.parameters(),
                 # so code like next(self.parameters()).device works in forward.
                 replica._parameters[name] = value

@@ -128,3 +128,34 @@ def test_broadcast_gradcheck_and_gradgradcheck():
 
     assert gradcheck(weighted_copies, (a, b))
     assert gradgradcheck(weighted_copies, (a, b))
+
+
+def test_modules_that_override_the_shallow_copy_still_work():
+    # nn.LSTM overrides _replicate_for_data_parallel to copy its list of weights.
+    torch.manual_seed(0)
+    lstm = nn.LSTM(3, 4, batch_first=True).double()
+    x = torch.randn(6, 5, 3, dtype=torch.double)
+    out, _ = lp.DataParallel(lstm, [0, 1, 2])(x)
+    out.sum().backward()
+    grads = [p.grad.clone() for p in lstm.parameters()]
+    lstm.zero_grad()
+    expected, _ = lstm(x)
+    expected.sum().backward()
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
+    for g, p in zip(grads, lstm.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-10, atol=1e-12)
+    replica = lp.replicate(lstm, [0, 1])[1]
+    assert replica._flat_weights[0] is replica.weight_ih_l0
+    assert lstm._flat_weights[0] is lstm.weight_ih_l0  # the original's list untouched
+
+
+def test_replicas_share_hooks_and_python_attributes():
+    net = nn.Linear(2, 2)
+    net.note = "kept"
+    calls = []
+    net.register_forward_hook(lambda module, args, out: calls.append(module))
+    replicas = lp.replicate(net, [0, 1])
+    assert all(r.note == "kept" for r in replicas)
+    for r in replicas:
+        r(torch.ones(1, 2))
+    assert calls == replicas
