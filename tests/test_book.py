@@ -1,0 +1,83 @@
+"""The book builds without a single warning, and its notebooks still produce their stored outputs.
+
+* ``test_book_builds``: ``jupyter-book build . -W --keep-going`` executes every chapter
+  (simulated devices here) and turns any Sphinx warning (a broken ``literalinclude``
+  marker, a bad cross-reference, a notebook cell that raises unexpectedly) into a failure.
+* ``test_notebooks_match_stored_outputs``: nbval re-runs every ``book/*.ipynb`` and compares
+  each code cell's output with the one stored in the file (sanitized by
+  ``tests/nbval_sanitize.cfg``). The stored outputs were made on simulated CPU devices, so
+  this test is skipped on a GPU machine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from _book import BOOK, ROOT, build, jupyter_book
+
+needs_jupyter_book = pytest.mark.skipif(
+    jupyter_book() is None, reason="jupyter-book is not installed (pip install -r requirements.txt)"
+)
+
+
+def _simulated_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("LEARN_PARALLEL_SIMULATED_DEVICES", None)  # the stored outputs use the default, 4
+    env["LEARN_PARALLEL_SIMULATE"] = "1"  # ... on simulated devices, even on a GPU machine
+    return env
+
+
+@needs_jupyter_book
+def test_book_builds_without_warnings():
+    result, seconds = build(strict=True)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, f"build failed after {seconds:.0f} s:\n{log[-6000:]}"
+    warnings = [
+        line
+        for line in log.splitlines()
+        if "WARNING" in line and "Kernel is running over TCP" not in line
+    ]
+    assert not warnings, "build warnings:\n" + "\n".join(warnings)
+    for chapter in BOOK.glob("*.ipynb"):
+        assert (ROOT / "_build" / "html" / "book" / f"{chapter.stem}.html").exists(), chapter
+
+
+def test_notebooks_are_stored_with_outputs():
+    """nbval compares nothing in a cell that was never run, so every code cell must have run."""
+    notebooks = sorted(BOOK.glob("*.ipynb"))
+    assert len(notebooks) >= 8
+    for path in notebooks:
+        cells = json.loads(path.read_text())["cells"]
+        code = [c for c in cells if c["cell_type"] == "code"]
+        never_run = [i for i, c in enumerate(code) if c.get("execution_count") is None]
+        assert not never_run, f"{path.name}: code cells {never_run} have no stored outputs"
+        text = "".join("".join(c["source"]) for c in cells)
+        assert text.count("{exercise-start}") >= 2, f"{path.name}: fewer than two exercises"
+        assert text.count(":class: dropdown") >= 2, f"{path.name}: solutions must be hidden"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("nbval") is None, reason="nbval is not installed")
+def test_notebooks_match_stored_outputs():
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--nbval",
+        "--nbval-current-env",
+        "--nbval-sanitize-with",
+        str(ROOT / "tests" / "nbval_sanitize.cfg"),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        str(BOOK),
+    ]
+    result = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=_simulated_env()
+    )
+    log = result.stdout[-8000:] + result.stderr[-2000:]
+    assert result.returncode == 0, f"nbval failed:\n{log}"
