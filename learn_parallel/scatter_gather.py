@@ -84,8 +84,9 @@ class _TorchDevice:
 class _Shared:
     """A value every replica receives whole (numbers, strings, 0-dim tensors)."""
 
-    def __init__(self, piece_for: Callable[[int], Any]):
+    def __init__(self, piece_for: Callable[[int], Any], plain: bool = False):
         self.piece_for = piece_for
+        self.plain = plain  # the very same object for every replica, no per-device copy
 
 
 def _is_namedtuple(obj: Any) -> bool:
@@ -134,13 +135,13 @@ def _split(obj: Any, devices: Sequence[Device], dim: int, path: str) -> list[Any
         return list(Scatter.apply(devices, None, dim, obj))
     members = _members(obj)
     if not members:  # not a container, or an empty one
-        return _Shared(lambda i: obj)
+        return _Shared(lambda i: obj, plain=True)
 
     parts = [(p, _split(value, devices, dim, path + p)) for p, value in members]
     split = [(p, part) for p, part in parts if not isinstance(part, _Shared)]
     if not split:
-        if all(v is part.piece_for(0) for (_, v), (_, part) in zip(members, parts)):
-            return _Shared(lambda i: obj)
+        if all(part.plain for _, part in parts):
+            return _Shared(lambda i: obj, plain=True)
         return _Shared(lambda i: _rebuild(obj, [part.piece_for(i) for _, part in parts]))
 
     counts = {len(part) for _, part in split}
