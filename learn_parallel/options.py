@@ -85,7 +85,7 @@ def take_scattered(
                 value[i],
                 device,
                 f"inputs_are_scattered=True: {name}[{i}]",
-                f"Value i of every argument must already sit on device_ids[{i}]: move it "
+                f"Piece {i} of every argument must already sit on device_ids[{i}]: move it "
                 f"there (.to('{device.torch_device}')), or produce it with a DataParallel "
                 f"that has the same device_ids in the same order.",
             )

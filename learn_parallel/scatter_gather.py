@@ -57,7 +57,10 @@ class Gather(Function):
         ctx.dim = dim
         ctx.sources = [t.device for t in tensors]
         ctx.sizes = [t.size(dim) for t in tensors]
-        return torch.cat([t.to(target, non_blocking=True) for t in tensors], dim)
+        # A copy from a GPU to the host may only be read once it has finished, and
+        # torch.cat on the CPU would not wait for it: copies to the host block.
+        to_host = torch.device(target).type == "cpu"
+        return torch.cat([t.to(target, non_blocking=not to_host) for t in tensors], dim)
 
     @staticmethod
     def backward(ctx, grad):

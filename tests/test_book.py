@@ -50,7 +50,7 @@ def test_book_builds_without_warnings():
 def test_notebooks_are_stored_with_outputs():
     """nbval compares nothing in a cell that was never run, so every code cell must have run."""
     notebooks = sorted(BOOK.glob("*.ipynb"))
-    assert len(notebooks) >= 8
+    assert len(notebooks) >= 12
     for path in notebooks:
         cells = json.loads(path.read_text())["cells"]
         code = [c for c in cells if c["cell_type"] == "code"]
@@ -59,6 +59,15 @@ def test_notebooks_are_stored_with_outputs():
         text = "".join("".join(c["source"]) for c in cells)
         assert text.count("{exercise-start}") >= 2, f"{path.name}: fewer than two exercises"
         assert text.count(":class: dropdown") >= 2, f"{path.name}: solutions must be hidden"
+
+
+def test_every_notebook_is_a_chapter_in_the_table_of_contents():
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    listed = [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    stored = sorted(f"book/{path.stem}" for path in BOOK.glob("*.ipynb"))
+    assert sorted(listed) == stored
 
 
 @pytest.mark.skipif(importlib.util.find_spec("nbval") is None, reason="nbval is not installed")

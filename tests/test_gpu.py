@@ -132,6 +132,25 @@ def test_outputs_gather_to_cpu_and_inputs_may_start_on_cpu():
     assert out.device == torch.device("cpu") and out.shape == (6, 1)
 
 
+def test_gathering_onto_the_host_waits_for_the_copies():
+    gpus(2)
+    # Outputs made by slow kernels just before the gather: a copy to the host
+    # that did not block would be read by torch.cat before it finished. Each round's
+    # values differ, so reused host buffers still holding the last round's are caught.
+    torch.manual_seed(0)
+    inputs = [torch.randn(4096, 4096, device=f"cuda:{i}") for i in range(2)]
+    for round in range(4):
+        outputs = [(x @ x @ x).tanh() + round for x in inputs]
+        assert torch.equal(lp.gather(outputs, "cpu"), torch.cat([o.cpu() for o in outputs]))
+    # Backward gathers the input's gradient onto the host when the input starts there.
+    net = nn.Linear(4096, 4096).cuda()
+    x = torch.randn(64, 4096, requires_grad=True)
+    lp.DataParallel(net, [0, 1])(x).pow(2).sum().backward()
+    x_ref = x.detach().cuda().requires_grad_()
+    net(x_ref).pow(2).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad.cpu(), rtol=1e-4, atol=1e-4)
+
+
 def test_replicas_run_on_their_gpu_in_persistent_workers_with_the_callers_stream():
     gpus(2)
 

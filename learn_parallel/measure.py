@@ -1,0 +1,706 @@
+"""The per-device measurements the book's chapters plot, live and recorded.
+
+Each chapter times its piece of DataParallel on the reader's devices (real GPUs,
+or simulated CPU devices) and shows, beside that, the same function run on real
+H200s. Keeping every measurement here, as one function per chapter, means the
+live plot and the recorded one come from the same code.
+
+``python -m learn_parallel.measure --out DIR`` runs them all on this machine's
+devices and writes ``DIR/chapters.json``; ``book/data/record_gpu_runs.sh``
+calls it on the GPU machines. ``load_recorded("h200-x4")`` reads such a run
+back (from the repository's ``book/data``, or from GitHub when the package was
+installed without the repository, e.g. on Colab).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from learn_parallel.data_parallel import DataParallel, check_on_source_device
+from learn_parallel.devices import Device, DeviceLike, device_count, device_type, to_device
+from learn_parallel.parallel_apply import parallel_apply
+from learn_parallel.replicate import copy_to_devices, replicate
+from learn_parallel.scatter_gather import gather, scatter
+from learn_parallel.timing import Recorder, Timeline, describe_hardware
+from learn_parallel.tuple_parallel import TupleParallel, split_batch
+
+
+# [measurement]
+@dataclass
+class Measurement:
+    """One chapter's numbers: a value per x position for each named series."""
+
+    key: str
+    title: str  # what was measured; the plot adds the hardware
+    xlabel: str
+    ylabel: str  # with its unit
+    x: list[str]  # device names, or sizes/counts when ``numeric_x``
+    series: dict[str, list[float]]  # series name -> one value per x position
+    hardware: str  # "4 x NVIDIA H200 (CUDA events)", "4 simulated CPU devices (host clock)"
+    numeric_x: bool = False  # draw lines over numbers instead of bars over names
+    note: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        return cls(**data)
+
+
+# [measurement]
+
+
+def hardware_label(devices: Sequence[Device]) -> str:
+    """The label every plot of these numbers carries: what ran, and which clock timed it."""
+    clock = "CUDA events" if devices[0].type == "cuda" else "host clock"
+    return f"{describe_hardware(list(devices)).label()} ({clock})"
+
+
+def synchronize(devices: Sequence[Device]) -> None:
+    for d in devices:
+        if d.type == "cuda":
+            torch.cuda.synchronize(d.index)
+
+
+# [median-ms]
+def median_ms(fn: Callable[[], Any], device: Device, repeats: int = 15) -> float:
+    """Median time of ``fn()`` in milliseconds, measured on ``device``.
+
+    On a GPU the clock is a pair of CUDA events on that GPU's current stream, so
+    it measures the GPU's work, not Python's; on a simulated device it is the
+    host clock. One untimed warm-up call first.
+    """
+    fn()
+    samples = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            stream = torch.cuda.current_stream(device.index)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            fn()
+            end.record(stream)
+            end.synchronize()
+            samples.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples)
+
+
+# [median-ms]
+
+
+def wall_ms(fn: Callable[[], Any], devices: Sequence[Device], repeats: int = 15) -> float:
+    """Median wall time of ``fn()`` in ms, with every device idle before and after."""
+    fn()
+    samples = []
+    for _ in range(repeats):
+        synchronize(devices)
+        t0 = time.perf_counter()
+        fn()
+        synchronize(devices)
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples)
+
+
+def _devices(devices: Sequence[DeviceLike] | None) -> list[Device]:
+    if devices is None:
+        return [Device(device_type(), i) for i in range(device_count())]
+    return [to_device(d) for d in devices]
+
+
+def _mlp(width: int, layers: int, source: torch.device) -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)]).to(source)
+
+
+# -- one function per chapter --------------------------------------------------
+
+
+def matmul(devices: Sequence[DeviceLike] | None = None, n: int = 384) -> Measurement:
+    """Devices chapter: the same n x n matmul timed on each device in turn."""
+    devs = _devices(devices)
+    times = []
+    for d in devs:
+        a = torch.randn(n, n, device=d.torch_device)
+        times.append(median_ms(lambda a=a: a @ a, d))
+    return Measurement(
+        "matmul",
+        f"The same {n} x {n} matmul, timed on each device",
+        "device",
+        "time per matmul (ms)",
+        [str(d) for d in devs],
+        {"matmul": times},
+        hardware_label(devs),
+    )
+
+
+def source_check(
+    devices: Sequence[DeviceLike] | None = None, layer_counts: Sequence[int] = (1, 4, 16, 64, 128)
+) -> Measurement:
+    """Source-device chapter: host time of the forward check against the module's size."""
+    devs = _devices(devices)
+    source = devs[0]
+    counts, times = [], []
+    for layers in layer_counts:
+        net = _mlp(8, layers, source.torch_device)
+        counts.append(str(len(list(net.parameters())) + len(list(net.buffers()))))
+        # The check runs on the host whatever the device: time it with the host clock.
+        times.append(
+            1e3 * median_ms(lambda m=net: check_on_source_device(m, source), Device("cpu"))
+        )
+    return Measurement(
+        "source_check",
+        "The source-device check, on the host",
+        "parameters and buffers in the module (count)",
+        "time of one check (µs, host)",
+        counts,
+        {"check": times},
+        # Timed by the host clock on a GPU machine too: the check never waits for a GPU.
+        f"{describe_hardware(devs).label()} (host clock)",
+        numeric_x=True,
+    )
+
+
+def scatter_copy(devices: Sequence[DeviceLike] | None = None, rows: int = 4096) -> Measurement:
+    """Scatter chapter: moving each device's slice of a rows x 1024 batch to that device."""
+    devs = _devices(devices)
+    batch = torch.randn(rows, 1024, device=devs[0].torch_device)
+    slices = batch.chunk(len(devs))
+    times = [
+        1e3 * median_ms(lambda s=s, d=d: s.to(d.torch_device), d) for s, d in zip(slices, devs)
+    ]
+    return Measurement(
+        "scatter_copy",
+        f"Moving one {' x '.join(map(str, slices[0].shape))} float slice from the first "
+        "device to each device",
+        "device",
+        "time (µs)",
+        [str(d) for d in devs[: len(slices)]],
+        {"copy": times},
+        hardware_label(devs),
+    )
+
+
+def replicate_copy(devices: Sequence[DeviceLike] | None = None, width: int = 1024) -> Measurement:
+    """Replicate chapter: copying a 4-layer MLP's parameters from the source to each device."""
+    devs = _devices(devices)
+    params = list(_mlp(width, 4, devs[0].torch_device).parameters())
+    count = sum(p.numel() for p in params) / 1e6
+    times = [median_ms(lambda: copy_to_devices(params, devs[:1]), devs[0])]
+    times += [median_ms(lambda d=d: copy_to_devices(params, [devs[0], d]), d) for d in devs[1:]]
+    return Measurement(
+        "replicate_copy",
+        f"Copying {count:.1f} M parameters from the first device to each device",
+        "device",
+        "time (ms)",
+        [str(d) for d in devs],
+        {"copy": times},
+        hardware_label(devs),
+        note="Replica 0 shares the original's storage, so its bar is only overhead.",
+    )
+
+
+def _forward_records(timeline: Timeline) -> dict[str, list[float]]:
+    by_device: dict[str, list[float]] = {}
+    for r in timeline.records:
+        if r.phase == "forward" and r.step > 0:  # step 0 warms up
+            by_device.setdefault(r.device, []).append(r.duration_ms)
+    return by_device
+
+
+def replica_forward(devices: Sequence[DeviceLike] | None = None, rows: int = 4096) -> Measurement:
+    """Introduction: how long each replica's forward pass takes inside DataParallel."""
+    devs = _devices(devices)
+    source = devs[0].torch_device
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 256)).to(source)
+    wrapped = DataParallel(net, [d.index for d in devs])
+    batch = torch.randn(rows, 256, device=source)
+    with torch.no_grad(), Recorder(devices=devs) as rec:
+        for _ in rec.steps(6):
+            wrapped(batch)
+    forward = _forward_records(rec.timeline())
+    return Measurement(
+        "replica_forward",
+        f"Forward pass of each replica ({-(-rows // len(devs))} rows each)",
+        "device",
+        "time (ms)",
+        [str(d) for d in devs],
+        {"forward": [statistics.median(forward[str(d)]) for d in devs]},
+        hardware_label(devs),
+    )
+
+
+def gather_targets(devices: Sequence[DeviceLike] | None = None, rows: int = 4096) -> Measurement:
+    """Gather chapter: joining the same pieces onto each device in turn, and onto the host."""
+    devs = _devices(devices)
+    pieces = scatter(torch.randn(rows, 1024, device=devs[0].torch_device), [d.index for d in devs])
+    targets = [*devs, Device("cpu")]
+    times = [median_ms(lambda t=t: gather(pieces, str(t)), t) for t in targets]
+    return Measurement(
+        "gather_targets",
+        f"Gathering {rows} x 1024 floats onto each device",
+        "output device",
+        "time of one gather (ms)",
+        [str(t) for t in targets],
+        {"gather": times},
+        hardware_label(devs),
+    )
+
+
+def parallel_apply_timeline(devices: Sequence[DeviceLike] | None = None) -> Timeline:
+    """Parallel-apply chapter: each replica's forward pass, three steps, one row per device."""
+    devs = _devices(devices)
+    source = devs[0].torch_device
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 256)).to(source)
+    ids = [d.index for d in devs]
+    pieces = scatter(torch.randn(4096, 256, device=source), ids)
+    replicas = replicate(net, ids, detach=True)
+    with torch.no_grad():
+        parallel_apply(replicas, pieces)  # warm up: first kernels, worker threads
+        with Recorder(devices=devs) as rec:
+            for _ in rec.steps(3):
+                parallel_apply(replicas, pieces)
+    return rec.timeline()
+
+
+def training_timeline(devices: Sequence[DeviceLike] | None = None) -> Timeline:
+    """DataParallel chapter: every phase of a training step, on every device."""
+    devs = _devices(devices)
+    source = devs[0].torch_device
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512)).to(source)
+    wrapped = DataParallel(net, [d.index for d in devs])
+    opt = torch.optim.SGD(wrapped.parameters(), lr=0.01)
+    x, y = torch.randn(4096, 512, device=source), torch.randn(4096, 512, device=source)
+    with Recorder(devices=devs) as rec:
+        for _ in rec.steps(4):  # the plots show the last step; the first warms up
+            out = wrapped(x)
+            # The loss and the optimizer step run on the first device only (the output
+            # is gathered there and the parameters live there); backward runs everywhere.
+            with rec.phase("loss", devs[0]):
+                loss = nn.functional.mse_loss(out, y)
+            with rec.phase("backward"):
+                loss.backward()
+            with rec.phase("optimizer", devs[0]):
+                opt.step()
+                opt.zero_grad()
+    return rec.timeline()
+
+
+def _counts(devs: Sequence[Device]) -> list[int]:
+    """Device counts to sweep: 1, 2, 4, 8, ... and always all of them."""
+    counts = [n for n in (1, 2, 4, 8, 16) if n < len(devs)]
+    return [*counts, len(devs)]
+
+
+def _time_both_wrappers(devs: Sequence[Device], rows: int, width: int) -> tuple[float, float]:
+    n, source = len(devs), devs[0].torch_device
+    ids = [d.index for d in devs]
+    x, y = torch.randn(rows, width, device=source), torch.randn(rows, width, device=source)
+    net = _mlp(width, 3, source)
+    dp, tp = DataParallel(net, ids), TupleParallel(net, ids)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    # TupleParallel's batches arrive already split, as from PerDeviceCollate.
+    xs = [part.to(d.torch_device) for part, d in zip(split_batch(x, n), devs)]
+    ys = [part.to(d.torch_device) for part, d in zip(split_batch(y, n), devs)]
+
+    def dp_step() -> None:
+        opt.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(dp(x), y).backward()
+        opt.step()
+
+    def tp_step() -> None:
+        opt.zero_grad(set_to_none=True)
+        # Each device's loss is computed where its output is; only the scalars travel.
+        losses = [nn.functional.mse_loss(o, t, reduction="sum") for o, t in zip(tp(xs), ys)]
+        (sum(loss.to(source) for loss in losses) / y.numel()).backward()
+        opt.step()
+
+    return wall_ms(dp_step, devs, repeats=10), wall_ms(tp_step, devs, repeats=10)
+
+
+def tuple_vs_data_parallel(
+    devices: Sequence[DeviceLike] | None = None, rows: int = 4096, width: int = 512
+) -> Measurement:
+    """TupleParallel chapter: one training step, one batch split inside vs N batches given."""
+    devs = _devices(devices)
+    counts = _counts(devs)
+    series: dict[str, list[float]] = {"DataParallel": [], "TupleParallel": []}
+    for n in counts:
+        dp_ms, tp_ms = _time_both_wrappers(devs[:n], rows, width)
+        series["DataParallel"].append(dp_ms)
+        series["TupleParallel"].append(tp_ms)
+    return Measurement(
+        "tuple_vs_data_parallel",
+        f"One training step of a 3-layer MLP, {rows} rows of {width} features",
+        "devices",
+        "median step time (ms)",
+        [str(n) for n in counts],
+        series,
+        hardware_label(devs),
+        numeric_x=True,
+    )
+
+
+def peak_memory(
+    devices: Sequence[DeviceLike] | None = None, rows: int = 8192, classes: int = 32000
+) -> Measurement | None:
+    """TupleParallel and pitfalls chapters: peak GPU memory per device in one training step.
+
+    A classifier with a wide output (``classes`` logits per row): DataParallel
+    gathers every logit onto the first GPU for the loss, TupleParallel leaves
+    them where they were computed. Needs GPUs (simulated devices share the
+    host's memory, so there is nothing per device to read): returns None there.
+    """
+    devs = _devices(devices)
+    if devs[0].type != "cuda":
+        return None
+    source = devs[0].torch_device
+    ids = [d.index for d in devs]
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, classes)).to(source)
+    x = torch.randn(rows, 1024, device=source)
+    y = torch.randint(classes, (rows,), device=source)
+    xs, ys = split_batch(x, len(devs)), split_batch(y, len(devs))
+    ys = [part.to(d.torch_device) for part, d in zip(ys, devs)]
+
+    def dp_step() -> None:
+        nn.functional.cross_entropy(DataParallel(net, ids)(x), y).backward()
+
+    def tp_step() -> None:
+        outs = TupleParallel(net, ids)(list(xs))
+        losses = [
+            nn.functional.cross_entropy(o, t, reduction="sum").to(source) for o, t in zip(outs, ys)
+        ]
+        (sum(losses) / rows).backward()
+
+    series = {}
+    for name, step in (("DataParallel", dp_step), ("TupleParallel", tp_step)):
+        step()  # warm up allocator and kernels
+        net.zero_grad(set_to_none=True)
+        synchronize(devs)
+        base = [torch.cuda.memory_allocated(d.index) for d in devs]
+        for d in devs:
+            torch.cuda.reset_peak_memory_stats(d.index)
+        step()
+        synchronize(devs)
+        series[name] = [
+            (torch.cuda.max_memory_allocated(d.index) - b) / 2**20 for d, b in zip(devs, base)
+        ]
+        net.zero_grad(set_to_none=True)
+    return Measurement(
+        "peak_memory",
+        f"Extra memory at the peak of one step: {rows} rows, {classes} logits each",
+        "device",
+        "peak memory above the model (MiB)",
+        [str(d) for d in devs],
+        series,
+        hardware_label(devs).replace("CUDA events", "torch.cuda.max_memory_allocated"),
+    )
+
+
+# [threads-per-call]
+def threads_per_call(modules: Sequence[nn.Module], inputs: Sequence[Any]) -> list[Any]:
+    """Run ``modules[i](inputs[i])`` in a fresh thread each, started and joined per call.
+
+    The baseline `parallel_apply` is compared against: the way to run replicas
+    concurrently when nothing is kept between calls.
+    """
+    if len(modules) == 1:
+        return [modules[0](inputs[0])]
+    results: list[Any] = [None] * len(modules)
+
+    def run(i: int) -> None:
+        results[i] = modules[i](inputs[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(modules))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+# [threads-per-call]
+
+
+def _time_apply_calls(devs: Sequence[Device]) -> list[float]:
+    """ms per call: persistent workers, a thread per call, and (GPUs) torch's version."""
+    net = nn.Linear(8, 8).to(devs[0].torch_device)
+    replicas = replicate(net, [d.index for d in devs], detach=True)
+    inputs = [(torch.randn(2, 8, device=d.torch_device),) for d in devs]
+    calls = [
+        lambda: parallel_apply(replicas, inputs),
+        lambda: threads_per_call(replicas, [x for (x,) in inputs]),
+    ]
+    if devs[0].type == "cuda":
+        calls.append(lambda: torch.nn.parallel.parallel_apply(replicas, inputs))
+    with torch.no_grad():
+        return [wall_ms(call, devs, repeats=200) for call in calls]
+
+
+def worker_overhead(devices: Sequence[DeviceLike] | None = None) -> Measurement:
+    """Performance chapter: the cost of one parallel_apply call on tiny replicas.
+
+    The replicas do almost nothing, so what is timed is the machinery: handing
+    the jobs to persistent workers vs starting and joining a thread per replica
+    (and, on GPUs, torch.nn.parallel.parallel_apply, which does the latter).
+    """
+    devs = _devices(devices)
+    counts = _counts(devs)
+    series: dict[str, list[float]] = {"persistent workers (learn_parallel)": []}
+    series["a new thread per replica per call"] = []
+    if devs[0].type == "cuda":
+        series["torch.nn.parallel.parallel_apply"] = []
+    for n in counts:
+        for name, ms in zip(series, _time_apply_calls(devs[:n])):
+            series[name].append(1e3 * ms)
+    return Measurement(
+        "worker_overhead",
+        "One parallel_apply call on tiny replicas (Linear(8, 8), 2 rows each)",
+        "devices",
+        "median time per call (µs)",
+        [str(n) for n in counts],
+        series,
+        hardware_label(devs),
+        numeric_x=True,
+    )
+
+
+def chain(devices: Sequence[DeviceLike] | None = None, config: Any = None) -> Measurement:
+    """Options chapter: the two-network chain of chain_bench, kept scattered vs regathered."""
+    from learn_parallel import chain_bench
+
+    devs = _devices(devices)
+    config = config or chain_bench.Config(
+        batch=64, image_size=32, features=32, classes=10, warmup=2, steps=7
+    )
+    counts = [n for n in _counts(devs) if n >= 2]
+    results = [chain_bench.measure(n, config) for n in counts]
+    # chain_bench times whole steps on the host clock, with the GPUs synchronized around each.
+    clock = "host clock, GPUs synchronized" if devs[0].type == "cuda" else "host clock"
+    hardware = f"{describe_hardware(devs).label()} ({clock})"
+    return chain_measurement(results, hardware, config.feature_map_mb)
+
+
+def chain_measurement(results: Sequence[dict], hardware: str, feature_map_mb: float) -> Measurement:
+    """A Measurement from chain_bench results (live ones, or a recorded chain_bench.json's)."""
+    return Measurement(
+        "chain",
+        f"One training step of netA -> netB, feature map {feature_map_mb:,.1f} MB",
+        "devices",
+        "median step time (ms)",
+        [str(r["devices"]) for r in results],
+        {
+            "kept scattered": [r["scattered_median_ms"] for r in results],
+            "gathered, then scattered again": [r["regathered_median_ms"] for r in results],
+        },
+        hardware,
+        numeric_x=True,
+    )
+
+
+# -- recording on a GPU machine, and reading the recording back -------------------
+
+MEASUREMENTS: dict[str, Callable[[Sequence[Device]], Measurement | None]] = {
+    "matmul": matmul,
+    "source_check": source_check,
+    "scatter_copy": scatter_copy,
+    "replicate_copy": replicate_copy,
+    "replica_forward": replica_forward,
+    "gather_targets": gather_targets,
+    "tuple_vs_data_parallel": tuple_vs_data_parallel,
+    "peak_memory": peak_memory,
+    "worker_overhead": worker_overhead,
+}
+TIMELINES: dict[str, Callable[[Sequence[Device]], Timeline]] = {
+    "parallel_apply": parallel_apply_timeline,
+    "training": training_timeline,
+}
+
+
+def record_all(devices: Sequence[DeviceLike] | None = None, progress: bool = True) -> dict:
+    """Run every chapter's measurement on ``devices``; a dict ready for chapters.json."""
+    devs = _devices(devices)
+    report: dict[str, Any] = {
+        "schema": "learn_parallel.measure/1",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "hardware": hardware_label(devs),
+        "measurements": {},
+        "timelines": {},
+    }
+    for key, fn in [*MEASUREMENTS.items(), *TIMELINES.items()]:
+        t0 = time.perf_counter()
+        result = fn(devs)
+        if isinstance(result, Timeline):
+            report["timelines"][key] = result.to_dict()
+        elif result is not None:
+            report["measurements"][key] = asdict(result)
+        if progress:
+            print(f"{key}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return report
+
+
+# The repository this package comes from; where load_recorded looks without a checkout.
+DATA_URL = "https://raw.githubusercontent.com/learn-parallel/learn-parallel/main/book/data"
+
+
+@dataclass
+class Recorded:
+    """A GPU machine's recorded runs, as committed under ``book/data/<machine>``."""
+
+    machine: str
+    hardware: str
+    measurements: dict[str, Measurement]
+    timelines: dict[str, Timeline]
+    bench: dict[str, Any] | None = None  # python -m learn_parallel bench's JSON
+    chain_bench: dict[str, Any] | None = None
+    date: str = ""
+    source: str = ""  # the folder or URL it was read from
+    # A second run of every measurement made right after the first (chapters-repeat.json),
+    # to show how much host-side timings move between runs; empty when not recorded.
+    repeat: dict[str, Measurement] = field(default_factory=dict)
+
+    def measurement(self, key: str) -> Measurement:
+        if key not in self.measurements:
+            raise KeyError(
+                f"The recording from {self.machine} has no measurement {key!r} "
+                f"(it has {sorted(self.measurements)}); record it again with "
+                f"book/data/record_gpu_runs.sh."
+            )
+        return self.measurements[key]
+
+    def timeline(self, key: str) -> Timeline:
+        if key not in self.timelines:
+            raise KeyError(f"The recording from {self.machine} has no timeline {key!r}.")
+        return self.timelines[key]
+
+    def bench_results(self, group: str) -> list[dict[str, Any]]:
+        """The benchmark's result rows of one workload group (e.g. ``"mlp"``)."""
+        rows = [r for r in (self.bench or {}).get("results", []) if r["group"] == group]
+        if not rows:
+            raise KeyError(f"No benchmark results for {group!r} in the {self.machine} recording.")
+        return rows
+
+    def bench_timeline(self, group: str, implementation: str, devices: int) -> Timeline:
+        for t in (self.bench or {}).get("timelines", []):
+            if (t["group"], t["implementation"], t["devices"]) == (group, implementation, devices):
+                return Timeline.from_dict(t["timeline"])
+        raise KeyError(f"No {implementation} timeline for {group!r} on {devices} devices.")
+
+    def chain(self) -> Measurement:
+        report = self.chain_bench or {}
+        mb = report.get("config", {}).get("feature_map_mb", 0.0)
+        gpus = self.hardware.split(" (")[0]  # chain_bench's clock is not CUDA events
+        return chain_measurement(
+            report.get("results", []), f"{gpus} (host clock, GPUs synchronized)", mb
+        )
+
+
+def _candidate_folders(machine: str) -> list[Path]:
+    folders = []
+    if os.environ.get("LEARN_PARALLEL_DATA"):
+        folders.append(Path(os.environ["LEARN_PARALLEL_DATA"]) / machine)
+    folders.append(Path.cwd() / "data" / machine)  # a notebook running in book/
+    folders.append(Path(__file__).resolve().parents[1] / "book" / "data" / machine)
+    return folders
+
+
+def _read(folder: str | Path, name: str) -> dict[str, Any] | None:
+    """One JSON file from a folder or URL; None when it is not there."""
+    if isinstance(folder, Path):
+        path = folder / name
+        return json.loads(path.read_text()) if path.is_file() else None
+    try:
+        with urllib.request.urlopen(f"{folder}/{name}", timeout=10) as response:
+            return json.loads(response.read())
+    except OSError:
+        return None
+
+
+def load_recorded(machine: str = "h200-x4") -> Recorded:
+    """The runs recorded on ``machine`` (a folder name under ``book/data``).
+
+    Looks in ``$LEARN_PARALLEL_DATA``, ``./data`` (a notebook in ``book/``), the
+    repository this package was installed from, and last the repository on GitHub.
+    """
+    where: list[str | Path] = [*_candidate_folders(machine), f"{DATA_URL}/{machine}"]
+    for folder in where:
+        chapters, bench = _read(folder, "chapters.json"), _read(folder, "bench.json")
+        if chapters is None and bench is None:
+            continue
+        chapters = chapters or {"measurements": {}, "timelines": {}}
+        meta = (bench or {}).get("meta", {})
+        clock = " (CUDA events)" if meta.get("hardware", {}).get("device_type") == "cuda" else ""
+        return Recorded(
+            machine=machine,
+            hardware=chapters.get("hardware") or meta.get("hardware", {}).get("label", "") + clock,
+            measurements={k: Measurement.from_dict(v) for k, v in chapters["measurements"].items()},
+            timelines={k: Timeline.from_dict(v) for k, v in chapters["timelines"].items()},
+            bench=bench,
+            chain_bench=_read(folder, "chain_bench.json"),
+            date=chapters.get("date") or meta.get("date", ""),
+            source=str(folder),
+            repeat={
+                k: Measurement.from_dict(v)
+                for k, v in (_read(folder, "chapters-repeat.json") or {})
+                .get("measurements", {})
+                .items()
+            },
+        )
+    tried = ", ".join(map(str, where))
+    raise FileNotFoundError(
+        f"No recorded runs for {machine!r}: looked for chapters.json and bench.json in "
+        f"{tried}. Run the "
+        f"notebook from the repository's book/ folder, or set LEARN_PARALLEL_DATA to a "
+        f"copy of book/data."
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m learn_parallel.measure",
+        description="Run every chapter's per-device measurement; write DIR/chapters.json.",
+    )
+    parser.add_argument("--out", required=True, type=Path, help="folder for chapters.json")
+    parser.add_argument("--devices", type=int, default=None, help="how many (default: all)")
+    args = parser.parse_args(argv)
+    count = device_count() if args.devices is None else args.devices
+    if not 1 <= count <= device_count():
+        parser.error(f"--devices must be between 1 and {device_count()}, got {count}.")
+    devices = [Device(device_type(), i) for i in range(count)]
+    if devices[0].is_simulated:
+        print("Devices are simulated on the CPU: timings are host clocks, not GPU times.")
+    report = record_all(devices)
+    report["command"] = "python -m learn_parallel.measure " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "chapters.json"
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The book's per-chapter measurements: shapes, labels, the recorded data, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from learn_parallel import measure
+from learn_parallel.devices import Device
+from learn_parallel.parallel_apply import parallel_apply
+from learn_parallel.plots import plot_measurement
+from learn_parallel.replicate import replicate
+
+DEVICES = [Device("sim", i) for i in range(3)]
+
+
+def _well_formed(m: measure.Measurement) -> None:
+    assert m.series and all(len(values) == len(m.x) for values in m.series.values()), m
+    assert all(math.isfinite(v) and v >= 0 for values in m.series.values() for v in values), m
+    assert m.title and m.xlabel and "(" in m.ylabel, "the y label names its unit"
+
+
+@pytest.mark.parametrize("key", [k for k in measure.MEASUREMENTS if k != "peak_memory"])
+def test_every_measurement_runs_on_simulated_devices(key):
+    m = measure.MEASUREMENTS[key](DEVICES)
+    _well_formed(m)
+    assert m.key == key
+    assert m.hardware == "3 simulated CPU devices (host clock)"
+
+
+def test_per_device_measurements_have_one_bar_per_device():
+    assert measure.matmul(DEVICES).x == ["sim:0", "sim:1", "sim:2"]
+    assert measure.gather_targets(DEVICES).x == ["sim:0", "sim:1", "sim:2", "cpu"]
+
+
+def test_sweeps_cover_powers_of_two_and_every_device():
+    m = measure.worker_overhead(DEVICES)
+    assert m.x == ["1", "2", "3"] and m.numeric_x
+    assert set(m.series) == {
+        "persistent workers (learn_parallel)",
+        "a new thread per replica per call",
+    }
+
+
+def test_peak_memory_needs_gpus():
+    assert measure.peak_memory(DEVICES) is None
+
+
+def test_timelines_hold_the_phases_of_their_chapter():
+    forward = measure.parallel_apply_timeline(DEVICES)
+    assert {r.phase for r in forward.records} == {"forward"}
+    assert {r.device for r in forward.records} == {"sim:0", "sim:1", "sim:2"}
+    training = measure.training_timeline(DEVICES)
+    phases = {r.phase for r in training.records}
+    assert phases >= {"scatter", "replicate", "forward", "gather", "loss", "backward", "optimizer"}
+
+
+def test_threads_per_call_computes_what_parallel_apply_computes():
+    torch.manual_seed(0)
+    replicas = replicate(nn.Linear(4, 2), [0, 1, 2], detach=True)
+    inputs = [torch.randn(2, 4) for _ in range(3)]
+    with torch.no_grad():
+        ours = parallel_apply(replicas, [(x,) for x in inputs])
+        baseline = measure.threads_per_call(replicas, inputs)
+    for a, b in zip(ours, baseline):
+        assert torch.equal(a, b)
+
+
+def test_the_cli_writes_what_load_recorded_reads(tmp_path, monkeypatch):
+    assert measure.main(["--out", str(tmp_path / "sim-x2"), "--devices", "2"]) == 0
+    report = json.loads((tmp_path / "sim-x2" / "chapters.json").read_text())
+    assert (
+        report["command"]
+        == f"python -m learn_parallel.measure --out {tmp_path / 'sim-x2'} --devices 2"
+    )
+    monkeypatch.setenv("LEARN_PARALLEL_DATA", str(tmp_path))
+    recorded = measure.load_recorded("sim-x2")
+    assert recorded.hardware == "2 simulated CPU devices (host clock)"
+    assert set(recorded.measurements) == set(measure.MEASUREMENTS) - {"peak_memory"}
+    assert recorded.measurement("matmul").x == ["sim:0", "sim:1"]
+    assert set(recorded.timelines) == set(measure.TIMELINES)
+    with pytest.raises(KeyError, match="has no measurement 'nope'"):
+        recorded.measurement("nope")
+
+
+def test_the_cli_refuses_more_devices_than_there_are(capsys):
+    with pytest.raises(SystemExit):
+        measure.main(["--out", "unused", "--devices", "99"])
+    assert "--devices must be between 1 and 4, got 99" in capsys.readouterr().err
+
+
+def test_the_recorded_h200_run_is_complete():
+    recorded = measure.load_recorded("h200-x4")
+    assert recorded.hardware == "4 x NVIDIA H200 (CUDA events)"
+    assert set(recorded.measurements) == set(measure.MEASUREMENTS)  # peak_memory too: GPUs
+    for m in recorded.measurements.values():
+        _well_formed(m)
+    assert recorded.measurement("scatter_copy").x == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    assert len(recorded.measurement("worker_overhead").series) == 3  # torch's version too
+    assert recorded.bench["meta"]["hardware"]["label"] == "4 x NVIDIA H200"
+    assert [r["devices"] for r in recorded.chain_bench["results"]] == [2, 3, 4]
+    assert recorded.bench_timeline("mlp", "learn_parallel", 4).hardware.device_count == 4
+    assert set(recorded.repeat) == set(recorded.measurements)  # the second, back-to-back run
+
+
+def test_a_missing_recording_says_where_it_looked(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(measure, "DATA_URL", (tmp_path / "nowhere").as_uri())
+    with pytest.raises(
+        FileNotFoundError, match="No recorded runs for 'h200-x99'.*LEARN_PARALLEL_DATA"
+    ):
+        measure.load_recorded("h200-x99")
+
+
+def test_the_plot_names_the_hardware_of_each_panel():
+    live = measure.matmul(DEVICES)
+    recorded = measure.load_recorded("h200-x4").measurement("matmul")
+    fig = plot_measurement(live, recorded)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == [
+        "this machine: 3 simulated CPU devices (host clock)",
+        "recorded: 4 x NVIDIA H200 (CUDA events)",
+    ]
+    assert all(ax.get_ylabel() == "time per matmul (ms)" for ax in fig.axes)
+    assert len(plot_measurement(live).axes) == 1
