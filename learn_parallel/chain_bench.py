@@ -29,7 +29,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from torch.nn import functional as F
 
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import Device, device_count, resolve_device_ids
+from learn_parallel.timing import step_times_ms
 
 
 @dataclass(frozen=True)
@@ -84,26 +84,6 @@ class Head(nn.Module):
         return self.fc(F.relu(self.conv(features)).mean((2, 3)))
 
 
-def synchronize(devices: Sequence[Device]) -> None:
-    for device in devices:
-        if not device.is_simulated:
-            torch.cuda.synchronize(device.index)
-
-
-def time_steps(step: Callable[[], None], devices: Sequence[Device], config: Config) -> list[float]:
-    """Milliseconds of each timed step, after ``config.warmup`` untimed ones."""
-    for _ in range(config.warmup):
-        step()
-    times = []
-    for _ in range(config.steps):
-        synchronize(devices)  # start from idle devices: time this step only
-        start = time.perf_counter()
-        step()
-        synchronize(devices)
-        times.append((time.perf_counter() - start) * 1e3)
-    return times
-
-
 def training_step(
     net_a: nn.Module, net_b: nn.Module, optimizer, images: torch.Tensor, labels: torch.Tensor
 ) -> Callable[[], None]:
@@ -138,7 +118,9 @@ def measure(n: int, config: Config) -> dict:
         scattered, regathered = (b(a(images)) for a, b in chains.values())
         difference = float((scattered - regathered).abs().max())
     times = {
-        name: time_steps(training_step(a, b, optimizer, images, labels), devices, config)
+        name: step_times_ms(
+            training_step(a, b, optimizer, images, labels), devices, config.warmup, config.steps
+        )
         for name, (a, b) in chains.items()
     }
     scattered_ms = statistics.median(times["scattered"])

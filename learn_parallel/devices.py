@@ -171,6 +171,13 @@ def resolve_device_ids(device_ids: Sequence[DeviceLike] | None) -> list[Device]:
     return devices
 
 
+def synchronize(devices: Sequence[Device]) -> None:
+    """Wait until every GPU in ``devices`` has finished its queued work (simulated: no-op)."""
+    for device in devices:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device.index)
+
+
 @dataclass(frozen=True)
 class DeviceCapacity:
     """What the balance check compares between GPUs."""

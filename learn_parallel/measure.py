@@ -33,11 +33,17 @@ import torch
 from torch import nn
 
 from learn_parallel.data_parallel import DataParallel, check_on_source_device
-from learn_parallel.devices import Device, DeviceLike, device_count, device_type, to_device
+from learn_parallel.devices import (
+    Device,
+    DeviceLike,
+    device_count,
+    resolve_device_ids,
+    synchronize,
+)
 from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.replicate import copy_to_devices, replicate
 from learn_parallel.scatter_gather import gather, scatter
-from learn_parallel.timing import Recorder, Timeline, describe_hardware
+from learn_parallel.timing import Recorder, Timeline, describe_hardware, step_times_ms
 from learn_parallel.tuple_parallel import TupleParallel, split_batch
 
 
@@ -68,12 +74,6 @@ def hardware_label(devices: Sequence[Device]) -> str:
     """The label every plot of these numbers carries: what ran, and which clock timed it."""
     clock = "CUDA events" if devices[0].type == "cuda" else "host clock"
     return f"{describe_hardware(list(devices)).label()} ({clock})"
-
-
-def synchronize(devices: Sequence[Device]) -> None:
-    for d in devices:
-        if d.type == "cuda":
-            torch.cuda.synchronize(d.index)
 
 
 # [median-ms]
@@ -107,21 +107,11 @@ def median_ms(fn: Callable[[], Any], device: Device, repeats: int = 15) -> float
 
 def wall_ms(fn: Callable[[], Any], devices: Sequence[Device], repeats: int = 15) -> float:
     """Median wall time of ``fn()`` in ms, with every device idle before and after."""
-    fn()
-    samples = []
-    for _ in range(repeats):
-        synchronize(devices)
-        t0 = time.perf_counter()
-        fn()
-        synchronize(devices)
-        samples.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(samples)
+    return statistics.median(step_times_ms(fn, devices, warmup=1, steps=repeats))
 
 
 def _devices(devices: Sequence[DeviceLike] | None) -> list[Device]:
-    if devices is None:
-        return [Device(device_type(), i) for i in range(device_count())]
-    return [to_device(d) for d in devices]
+    return resolve_device_ids(None if devices is None else list(devices))
 
 
 def _mlp(width: int, layers: int, source: torch.device) -> nn.Sequential:
@@ -382,11 +372,13 @@ def peak_memory(
     xs, ys = split_batch(x, len(devs)), split_batch(y, len(devs))
     ys = [part.to(d.torch_device) for part, d in zip(ys, devs)]
 
+    dp, tp = DataParallel(net, ids), TupleParallel(net, ids)
+
     def dp_step() -> None:
-        nn.functional.cross_entropy(DataParallel(net, ids)(x), y).backward()
+        nn.functional.cross_entropy(dp(x), y).backward()
 
     def tp_step() -> None:
-        outs = TupleParallel(net, ids)(list(xs))
+        outs = tp(list(xs))
         losses = [
             nn.functional.cross_entropy(o, t, reduction="sum").to(source) for o, t in zip(outs, ys)
         ]
@@ -495,14 +487,18 @@ def chain(devices: Sequence[DeviceLike] | None = None, config: Any = None) -> Me
     )
     counts = [n for n in _counts(devs) if n >= 2]
     results = [chain_bench.measure(n, config) for n in counts]
-    # chain_bench times whole steps on the host clock, with the GPUs synchronized around each.
-    clock = "host clock, GPUs synchronized" if devs[0].type == "cuda" else "host clock"
-    hardware = f"{describe_hardware(devs).label()} ({clock})"
-    return chain_measurement(results, hardware, config.feature_map_mb)
+    return chain_measurement(
+        results, describe_hardware(devs).label(), devs[0].type == "cuda", config.feature_map_mb
+    )
 
 
-def chain_measurement(results: Sequence[dict], hardware: str, feature_map_mb: float) -> Measurement:
+def chain_measurement(
+    results: Sequence[dict], machine: str, on_gpus: bool, feature_map_mb: float
+) -> Measurement:
     """A Measurement from chain_bench results (live ones, or a recorded chain_bench.json's)."""
+    # chain_bench times whole steps on the host clock, with the GPUs synchronized around each.
+    clock = "host clock, GPUs synchronized" if on_gpus else "host clock"
+    hardware = f"{machine} ({clock})"
     return Measurement(
         "chain",
         f"One training step of netA -> netB, feature map {feature_map_mb:,.1f} MB",
@@ -611,10 +607,9 @@ class Recorded:
     def chain(self) -> Measurement:
         report = self.chain_bench or {}
         mb = report.get("config", {}).get("feature_map_mb", 0.0)
-        gpus = self.hardware.split(" (")[0]  # chain_bench's clock is not CUDA events
-        return chain_measurement(
-            report.get("results", []), f"{gpus} (host clock, GPUs synchronized)", mb
-        )
+        machine = self.hardware.split(" (")[0]  # the label without its clock
+        on_gpus = not report.get("hardware", {}).get("simulated", False)
+        return chain_measurement(report.get("results", []), machine, on_gpus, mb)
 
 
 def _candidate_folders(machine: str) -> list[Path]:
@@ -688,7 +683,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     count = device_count() if args.devices is None else args.devices
     if not 1 <= count <= device_count():
         parser.error(f"--devices must be between 1 and {device_count()}, got {count}.")
-    devices = [Device(device_type(), i) for i in range(count)]
+    devices = resolve_device_ids(list(range(count)))
     if devices[0].is_simulated:
         print("Devices are simulated on the CPU: timings are host clocks, not GPU times.")
     report = record_all(devices)

@@ -30,7 +30,7 @@ import os
 import platform
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,7 +38,14 @@ from typing import Any
 
 import torch
 
-from learn_parallel.devices import Device, DeviceLike, device_count, device_type, to_device
+from learn_parallel.devices import (
+    Device,
+    DeviceLike,
+    device_count,
+    device_type,
+    synchronize,
+    to_device,
+)
 
 _active: Recorder | None = None  # the recorder switched on, if any
 _OFF = nullcontext()  # reused: being off allocates nothing
@@ -342,3 +349,23 @@ def record(devices: Sequence[DeviceLike] | None = None, host_row: bool | None = 
 def active() -> Recorder | None:
     """The recorder switched on right now, if any."""
     return _active
+
+
+def step_times_ms(
+    step: Callable[[], Any], devices: Sequence[Device], warmup: int, steps: int
+) -> list[float]:
+    """Wall time of each of ``steps`` calls of ``step`` in ms, after ``warmup`` untimed ones.
+
+    Every device is idle when a timed call starts and when it is read as ended, so
+    each time is that call's own work on all of them (the host clock, not CUDA events).
+    """
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        synchronize(devices)
+        start = time.perf_counter()
+        step()
+        synchronize(devices)
+        times.append((time.perf_counter() - start) * 1e3)
+    return times

@@ -185,3 +185,12 @@ def test_phase_totals_average_over_steps():
 
     totals = phase_totals(Timeline(hw, records, {"sim:0": "host"}))
     assert totals == {"sim:0": {"forward": 3.0, "backward": 0.5}}
+
+
+def test_step_times_are_one_per_timed_step_after_the_untimed_warmup():
+    from learn_parallel.timing import step_times_ms
+
+    calls = []
+    times = step_times_ms(lambda: calls.append(1), [Device("sim", 0)], 3, 4)
+    assert len(calls) == 7 and len(times) == 4
+    assert all(t >= 0 for t in times)
