@@ -11,9 +11,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from learn_parallel import bench
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import device_type
+from learn_parallel.lab import bench
 
 
 class _Reporter(nn.Module):

@@ -17,9 +17,9 @@ from torch.autograd.profiler import record_function
 from learn_parallel.devices import Device, DeviceLike, check_balance, resolve_device_ids, to_device
 from learn_parallel.options import gather_except, take_scattered
 from learn_parallel.parallel_apply import parallel_apply
+from learn_parallel.phases import phase
 from learn_parallel.replicate import replicate
 from learn_parallel.scatter_gather import gather, scatter_kwargs
-from learn_parallel.timing import phase
 
 
 # [source-device-check]

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from learn_parallel.devices import Device, DeviceLike, to_device
-from learn_parallel.timing import phase
+from learn_parallel.phases import phase
 
 
 # [caller-state]

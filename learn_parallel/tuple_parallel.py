@@ -25,8 +25,8 @@ from torch.utils.data import default_collate
 from learn_parallel.data_parallel import DataParallel, check_on_source_device
 from learn_parallel.devices import Device, DeviceLike
 from learn_parallel.options import check_on_device
+from learn_parallel.phases import phase
 from learn_parallel.scatter_gather import _is_namedtuple, _members, _rebuild
-from learn_parallel.timing import phase
 
 
 # [move-to-device]

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from learn_parallel import bench
-from learn_parallel.bench_ddp import share
-from learn_parallel.timing import Timeline
+from learn_parallel.lab import bench
+from learn_parallel.lab.bench_ddp import share
+from learn_parallel.lab.timing import Timeline
 
 ROOT = Path(__file__).resolve().parent.parent
 

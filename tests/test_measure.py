@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from learn_parallel import measure
 from learn_parallel.devices import Device
+from learn_parallel.lab import measure
+from learn_parallel.lab.plots import plot_measurement
 from learn_parallel.parallel_apply import parallel_apply
-from learn_parallel.plots import plot_measurement
 from learn_parallel.replicate import replicate
 
 DEVICES = [Device("sim", i) for i in range(3)]
@@ -75,7 +75,7 @@ def test_the_cli_writes_what_load_recorded_reads(tmp_path, monkeypatch):
     report = json.loads((tmp_path / "sim-x2" / "chapters.json").read_text())
     assert (
         report["command"]
-        == f"python -m learn_parallel.measure --out {tmp_path / 'sim-x2'} --devices 2"
+        == f"python -m learn_parallel.lab.measure --out {tmp_path / 'sim-x2'} --devices 2"
     )
     monkeypatch.setenv("LEARN_PARALLEL_DATA", str(tmp_path))
     recorded = measure.load_recorded("sim-x2")

@@ -14,9 +14,10 @@ import pytest
 import torch
 from torch import nn
 
-from learn_parallel import DataParallel, timing
+from learn_parallel import DataParallel
 from learn_parallel.devices import Device
-from learn_parallel.timing import Hardware, PhaseRecord, Recorder, Timeline, phase, record
+from learn_parallel.lab import timing
+from learn_parallel.lab.timing import Hardware, PhaseRecord, Recorder, Timeline, phase, record
 
 matplotlib.use("Agg")
 
@@ -157,7 +158,7 @@ def _results() -> list[dict]:
 
 
 def test_plots_write_png_files_with_the_hardware_in_the_title(recorded, tmp_path):
-    from learn_parallel import plots
+    from learn_parallel.lab import plots
 
     figures = {
         "timeline": plots.plot_timeline(recorded),
@@ -181,14 +182,14 @@ def test_phase_totals_average_over_steps():
         PhaseRecord("sim:0", "forward", 10.0, 14.0, 1),
         PhaseRecord("sim:0", "backward", 14.0, 15.0, 1),
     ]
-    from learn_parallel.plots import phase_totals
+    from learn_parallel.lab.plots import phase_totals
 
     totals = phase_totals(Timeline(hw, records, {"sim:0": "host"}))
     assert totals == {"sim:0": {"forward": 3.0, "backward": 0.5}}
 
 
 def test_step_times_are_one_per_timed_step_after_the_untimed_warmup():
-    from learn_parallel.timing import step_times_ms
+    from learn_parallel.lab.timing import step_times_ms
 
     calls = []
     times = step_times_ms(lambda: calls.append(1), [Device("sim", 0)], 3, 4)

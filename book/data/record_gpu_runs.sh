@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Records every GPU result the book shows, in one run on a multi-GPU machine:
 #   bash book/data/record_gpu_runs.sh OUTDIR [DEVICES]      e.g. OUTDIR 1,2,4
-# GPU tests, each chapter's per-device measurement (learn_parallel.measure), the
+# GPU tests, each chapter's per-device measurement (learn_parallel.lab.measure), the
 # chain benchmark (scattered vs gather-then-rescatter) and the main benchmark
 # (learn_parallel vs torch.nn.DataParallel vs DDP), and with PARTS including
 # "notebooks", every chapter executed on the GPUs (needs nbclient and ipykernel).
@@ -21,10 +21,10 @@ if [[ $parts == *" tests "* ]]; then
   timeout 300 python -m pytest -m gpu -q -p no:cacheprovider tests/ 2>&1 | tee "$work/gpu-tests.log" | tail -25
 fi
 if [[ $parts == *" measure "* ]]; then
-  timeout 300 python -m learn_parallel.measure --out "$work" 2>&1 | tee "$work/measure.log" | tail -15
+  timeout 300 python -m learn_parallel.lab.measure --out "$work" 2>&1 | tee "$work/measure.log" | tail -15
 fi
 if [[ $parts == *" chain "* ]]; then
-  timeout 240 python -m learn_parallel.chain_bench --out "$work/chain" 2>&1 | tee "$work/chain.log" | tail -15
+  timeout 240 python -m learn_parallel.lab.chain_bench --out "$work/chain" 2>&1 | tee "$work/chain.log" | tail -15
 fi
 if [[ $parts == *" bench "* ]]; then
   timeout 420 python -m learn_parallel bench --devices "$devices" --no-progress \

@@ -1,7 +1,8 @@
 """Per-device, per-phase timing of a DataParallel step (off unless switched on).
 
-The core modules mark their phases with ``with phase(name, device):``. While
-no recorder is active that is one global lookup and nothing else.
+The core modules mark their phases with ``with phase(name, device):``
+(`learn_parallel.phases`). A `Recorder` that is switched on listens to them;
+while none is, each mark is one global lookup and nothing else.
 
 Switch a recorder on around a few training steps and mark the phases that
 happen outside ``DataParallel.forward`` yourself::
@@ -31,13 +32,14 @@ import platform
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from learn_parallel import phases
 from learn_parallel.devices import (
     Device,
     DeviceLike,
@@ -48,18 +50,9 @@ from learn_parallel.devices import (
 )
 
 _active: Recorder | None = None  # the recorder switched on, if any
-_OFF = nullcontext()  # reused: being off allocates nothing
 
 HOST = "host"  # the row for what the Python thread did (phases of no single device)
 PHASES = ("scatter", "replicate", "forward", "gather", "loss", "backward", "optimizer")
-
-
-def phase(name: str, device: Device | DeviceLike | None = None) -> AbstractContextManager:
-    """Mark one phase (``"scatter"``, ``"forward"`` ...) on ``device`` (None: all devices)."""
-    recorder = _active
-    if recorder is None:
-        return _OFF
-    return recorder.phase(name, device)
 
 
 # [records]
@@ -227,6 +220,7 @@ class Recorder:
             self._reference(device)
         self._running = True
         _active = self
+        phases.set_listener(self.phase)
         return self
 
     def stop(self) -> None:
@@ -234,6 +228,7 @@ class Recorder:
         self._running = False
         if _active is self:
             _active = None
+            phases.set_listener(None)
 
     def __enter__(self) -> Recorder:
         return self.start()
@@ -369,3 +364,6 @@ def step_times_ms(
         synchronize(devices)
         times.append((time.perf_counter() - start) * 1e3)
     return times
+
+
+phase = phases.phase  # the same marks as the core's, for phases outside DataParallel

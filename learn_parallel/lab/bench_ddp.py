@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from learn_parallel.workloads import Workload, build_model, loss_function, make_batch
+from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
 
 
 def share(batch: int, world: int, rank: int) -> int:
@@ -70,7 +70,7 @@ def _time_workload(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config", required=True, help="JSON written by learn_parallel.bench")
+    parser.add_argument("--config", required=True, help="JSON written by learn_parallel.lab.bench")
     parser.add_argument("--result", required=True, help="where rank 0 writes its JSON")
     args = parser.parse_args(argv)
     config = json.loads(Path(args.config).read_text())

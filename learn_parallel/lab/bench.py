@@ -3,7 +3,7 @@
 Every measurement is a full training step (forward, loss, backward, SGD step)
 on synthetic data: a few warm-up steps, then timed steps, each ended by a
 device synchronize; the median is reported. learn_parallel's steps are also
-recorded per device (`learn_parallel.timing`) after the timed steps, so the
+recorded per device (`learn_parallel.lab.timing`) after the timed steps, so the
 recording never slows the timed ones. Everything lands under ``--out``:
 ``bench.json`` (numbers, timelines, hardware, command, git commit), PNG plots
 and the DDP processes' logs.
@@ -28,11 +28,11 @@ from typing import Any
 
 import torch
 
-from learn_parallel.bench_ddp import share
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import SIMULATED_DEVICES_ENV, Device, device_count, device_type
-from learn_parallel.timing import Recorder, describe_hardware, phase
-from learn_parallel.workloads import (
+from learn_parallel.lab.bench_ddp import share
+from learn_parallel.lab.timing import Recorder, describe_hardware, phase
+from learn_parallel.lab.workloads import (
     CONV_MODELS,
     Workload,
     build_model,
@@ -52,7 +52,7 @@ TORCH_DP_ON_CPU = (
     "not applicable on simulated devices: without GPUs torch.nn.DataParallel "
     "just calls the module once on the CPU"
 )
-SCHEMA = "learn_parallel.bench/1"
+SCHEMA = "learn_parallel.lab.bench/1"
 
 
 # [settings]
@@ -439,7 +439,7 @@ def ddp_environment(count: int) -> dict[str, str]:
     env = dict(os.environ)
     for name, value in NCCL_ENV.items():
         env.setdefault(name, value)
-    package_root = str(Path(__file__).resolve().parent.parent)
+    package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     if not torch.cuda.is_available():
         # Share the cores the way the simulated devices share them in one process.
@@ -469,7 +469,7 @@ def run_ddp(count: int, groups: Sequence[Group], settings: Settings) -> list[dic
     config_path.write_text(json.dumps(config, indent=1))
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc_per_node={count}", "-m", "learn_parallel.bench_ddp",
+        f"--nproc_per_node={count}", "-m", "learn_parallel.lab.bench_ddp",
         "--config", str(config_path), "--result", str(result_path),
     ]  # fmt: skip
     rows = [_row(g, "ddp", count) for g in groups]
@@ -602,7 +602,7 @@ def run(settings: Settings, command_line: str = "") -> dict[str, Any]:
 
 
 def _git_commit() -> dict[str, Any] | None:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     try:
         commit = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"],
@@ -654,13 +654,13 @@ def write_plots(report: dict[str, Any], out: Path) -> list[str]:
     matplotlib.use("Agg")  # a command line run never needs a window
     import matplotlib.pyplot as plt
 
-    from learn_parallel.plots import (
+    from learn_parallel.lab.plots import (
         plot_implementations,
         plot_phase_breakdown,
         plot_scaling,
         plot_timeline,
     )
-    from learn_parallel.timing import Hardware, Timeline
+    from learn_parallel.lab.timing import Hardware, Timeline
 
     hardware_data = {k: v for k, v in report["meta"]["hardware"].items() if k != "label"}
     hardware = Hardware(**hardware_data)
@@ -755,7 +755,7 @@ def run_cli(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m learn_parallel.bench [options]`` (same as ``python -m learn_parallel bench``)."""
+    """``python -m learn_parallel.lab.bench``: the same as ``python -m learn_parallel bench``."""
     argv = list(sys.argv[1:] if argv is None else argv)
     return run_cli(build_parser().parse_args(argv), argv)
 

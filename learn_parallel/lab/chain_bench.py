@@ -1,6 +1,6 @@
 """Benchmark: two wrapped networks in a chain, with and without a round trip in between.
 
-``python -m learn_parallel.chain_bench --out DIR [--quick]``
+``python -m learn_parallel.lab.chain_bench --out DIR [--quick]``
 
 netA turns images into a wide feature map; netB turns the feature map into
 class scores. Both are wrapped in DataParallel, and one training step is timed
@@ -39,7 +39,7 @@ from torch.nn import functional as F
 
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import Device, device_count, resolve_device_ids
-from learn_parallel.timing import step_times_ms
+from learn_parallel.lab.timing import step_times_ms
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ def hardware(devices: Sequence[Device]) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m learn_parallel.chain_bench",
+        prog="python -m learn_parallel.lab.chain_bench",
         description="Time a two-network chain: kept scattered vs gathered and re-scattered.",
     )
     parser.add_argument("--out", required=True, type=Path, help="folder for chain_bench.json")
@@ -188,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     record = {
         "benchmark": "chain_bench",
         "what": "median ms of one training step (forward, backward, SGD step) of netA -> netB",
-        "command": "python -m learn_parallel.chain_bench "
+        "command": "python -m learn_parallel.lab.chain_bench "
         + " ".join(sys.argv[1:] if argv is None else argv),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch_version": torch.__version__,

@@ -15,8 +15,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from learn_parallel.measure import Measurement
-from learn_parallel.timing import PHASES, Hardware, Timeline
+from learn_parallel.lab.measure import Measurement
+from learn_parallel.lab.timing import PHASES, Hardware, Timeline
 
 PHASE_COLORS = {
     "scatter": "#4C72B0",

@@ -5,7 +5,7 @@ or simulated CPU devices) and shows, beside that, the same function run on real
 H200s. Keeping every measurement here, as one function per chapter, means the
 live plot and the recorded one come from the same code.
 
-``python -m learn_parallel.measure --out DIR`` runs them all on this machine's
+``python -m learn_parallel.lab.measure --out DIR`` runs them all on this machine's
 devices and writes ``DIR/chapters.json``; ``book/data/record_gpu_runs.sh``
 calls it on the GPU machines. ``load_recorded("h200-x4")`` reads such a run
 back (from the repository's ``book/data``, or from GitHub when the package was
@@ -40,10 +40,10 @@ from learn_parallel.devices import (
     resolve_device_ids,
     synchronize,
 )
+from learn_parallel.lab.timing import Recorder, Timeline, describe_hardware, step_times_ms
 from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.replicate import copy_to_devices, replicate
 from learn_parallel.scatter_gather import gather, scatter
-from learn_parallel.timing import Recorder, Timeline, describe_hardware, step_times_ms
 from learn_parallel.tuple_parallel import TupleParallel, split_batch
 
 
@@ -479,7 +479,7 @@ def worker_overhead(devices: Sequence[DeviceLike] | None = None) -> Measurement:
 
 def chain(devices: Sequence[DeviceLike] | None = None, config: Any = None) -> Measurement:
     """Options chapter: the two-network chain of chain_bench, kept scattered vs regathered."""
-    from learn_parallel import chain_bench
+    from learn_parallel.lab import chain_bench
 
     devs = _devices(devices)
     config = config or chain_bench.Config(
@@ -537,7 +537,7 @@ def record_all(devices: Sequence[DeviceLike] | None = None, progress: bool = Tru
     """Run every chapter's measurement on ``devices``; a dict ready for chapters.json."""
     devs = _devices(devices)
     report: dict[str, Any] = {
-        "schema": "learn_parallel.measure/1",
+        "schema": "learn_parallel.lab.measure/1",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
@@ -617,7 +617,7 @@ def _candidate_folders(machine: str) -> list[Path]:
     if os.environ.get("LEARN_PARALLEL_DATA"):
         folders.append(Path(os.environ["LEARN_PARALLEL_DATA"]) / machine)
     folders.append(Path.cwd() / "data" / machine)  # a notebook running in book/
-    folders.append(Path(__file__).resolve().parents[1] / "book" / "data" / machine)
+    folders.append(Path(__file__).resolve().parents[2] / "book" / "data" / machine)
     return folders
 
 
@@ -674,7 +674,7 @@ def load_recorded(machine: str = "h200-x4") -> Recorded:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m learn_parallel.measure",
+        prog="python -m learn_parallel.lab.measure",
         description="Run every chapter's per-device measurement; write DIR/chapters.json.",
     )
     parser.add_argument("--out", required=True, type=Path, help="folder for chapters.json")
@@ -687,7 +687,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if devices[0].is_simulated:
         print("Devices are simulated on the CPU: timings are host clocks, not GPU times.")
     report = record_all(devices)
-    report["command"] = "python -m learn_parallel.measure " + " ".join(
+    report["command"] = "python -m learn_parallel.lab.measure " + " ".join(
         sys.argv[1:] if argv is None else argv
     )
     args.out.mkdir(parents=True, exist_ok=True)

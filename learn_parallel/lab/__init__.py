@@ -1,0 +1,5 @@
+"""The lab: everything that records, measures, plots and benchmarks the core.
+
+The core (``learn_parallel``'s top level) never imports this subpackage; the
+lab imports the core and listens to its phase marks (`learn_parallel.phases`).
+"""
