@@ -1,0 +1,1 @@
+"""One module per chapter, each registering its exercises' checks with `exercise`."""

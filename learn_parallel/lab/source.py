@@ -1,0 +1,103 @@
+"""Show the package's real source in a notebook cell's output.
+
+The chapters put the code they explain beside the prose by *reading it from the
+package at run time*, never by pasting it. The output carries three forms, so
+it renders wherever the notebook is opened: HTML with inline colours (Jupyter,
+JupyterLab, Colab, nbconvert and the built site), Markdown, and plain text.
+Each names the file and the line numbers it came from.
+"""
+
+from __future__ import annotations
+
+import html
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import PythonLexer
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # .../learn_parallel
+
+
+@dataclass(frozen=True)
+class Source:
+    """A stretch of one file of the package: what a chapter shows."""
+
+    path: str  # relative to the repository root, e.g. "learn_parallel/scatter_gather.py"
+    first_line: int
+    text: str
+
+    @property
+    def last_line(self) -> int:
+        return self.first_line + self.text.count("\n") - (1 if self.text.endswith("\n") else 0)
+
+    @property
+    def title(self) -> str:
+        return f"{self.path}, lines {self.first_line}-{self.last_line}"
+
+    def __repr__(self) -> str:
+        return f"# {self.title}\n{self.text.rstrip()}"
+
+    def _repr_markdown_(self) -> str:
+        return f"`{self.title}`\n\n```python\n{self.text.rstrip()}\n```\n"
+
+    def _repr_html_(self) -> str:
+        formatter = HtmlFormatter(noclasses=True, nowrap=True, style="default")
+        code = highlight(self.text, PythonLexer(), formatter)
+        # pre-wrap: long lines wrap inside the box instead of widening the page.
+        return (
+            '<div class="learn-parallel-source" style="margin:0.4em 0">'
+            '<div style="font-family:monospace;font-size:85%;color:#555;'
+            f'padding:2px 0">{html.escape(self.title)}</div>'
+            '<pre style="white-space:pre-wrap;word-break:break-word;margin:0;'
+            "padding:0.6em;background:#f8f8f8;border:1px solid #ddd;border-radius:4px;"
+            f'line-height:1.35;font-size:85%">{code}</pre></div>'
+        )
+
+
+def _relative(path: Path) -> str:
+    return str(path.resolve().relative_to(PACKAGE_ROOT.parent))
+
+
+def _module_file(module: ModuleType | str) -> Path:
+    if isinstance(module, ModuleType):
+        return Path(inspect.getsourcefile(module) or "")
+    path = Path(module)
+    return path if path.is_absolute() else PACKAGE_ROOT.parent / path
+
+
+def source_of(obj: Any, marker: str | None = None) -> Source:
+    """The source of a function, class or method; or, with ``marker``, of a marked region.
+
+    ``source_of(Scatter)`` gives the class as written. ``source_of(module, "name")``
+    gives the lines between two ``# [name]`` comments in that module (a region that
+    holds more than one object), without the marker lines themselves.
+    """
+    if marker is None:
+        obj = inspect.unwrap(obj)
+        lines, first = inspect.getsourcelines(obj)
+        path = Path(inspect.getsourcefile(obj) or "")
+        return Source(_relative(path), first, "".join(lines))
+    path = _module_file(obj)
+    lines = path.read_text().splitlines(keepends=True)
+    tag = f"# [{marker}]"
+    found = [i for i, line in enumerate(lines) if line.strip() == tag]
+    if len(found) != 2:
+        raise ValueError(
+            f"{_relative(path)} has {len(found)} lines reading {tag!r}; a region is marked by "
+            f"exactly two (one before it, one after it)."
+        )
+    start, end = found
+    body = lines[start + 1 : end]
+    while body and not body[-1].strip():  # the blank lines before the closing marker
+        body.pop()
+    return Source(_relative(path), start + 2, "".join(body))
+
+
+def show_source(obj: Any, marker: str | None = None) -> Source:
+    """`source_of`, for the last line of a notebook cell: it displays itself."""
+    return source_of(obj, marker)
