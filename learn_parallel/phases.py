@@ -1,17 +1,30 @@
 """The hook the core calls at each phase of a step, and nothing else.
 
 ``scatter``, ``replicate``, each replica's ``forward`` and ``gather`` are
-wrapped in ``with phase(name, device):``. Nobody listens by default, so the
-call is one global lookup returning a shared no-op context. A recorder (see
-``learn_parallel.lab.timing``) plugs itself in with `set_listener`; the core
-never imports the lab.
+wrapped in ``with phase(name, device):``; in backward, the gradient's split
+back to the devices (``grad scatter``) and the sum of the replicas' gradients
+onto the source device (``reduce``) are marked the same way. Two kinds of
+listener may be on:
+
+* a recorder (see ``learn_parallel.lab.timing``) plugged in with `set_listener`
+  (the core never imports the lab);
+* a PyTorch profiler (``torch.profiler.profile``): each phase then also becomes a
+  ``torch.profiler.record_function`` range named ``learn_parallel.<phase>``
+  (with `` cuda:1`` appended for one device), next to the
+  ``learn_parallel.DataParallel.forward`` range that spans the whole forward, as
+  ``torch.nn.DataParallel`` marks its own forward ``DataParallel.forward``.
+
+With neither on, a phase costs one global lookup and one flag read, and
+returns a shared no-op context.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
+
+from torch.autograd import profiler as _profiler
 
 Listener = Callable[[str, Any], AbstractContextManager]
 
@@ -19,10 +32,27 @@ _listener: Listener | None = None
 _OFF = nullcontext()  # reused: being off allocates nothing
 
 
+def _range(name: str, device: Any) -> AbstractContextManager:
+    label = f"learn_parallel.{name}" if device is None else f"learn_parallel.{name} {device}"
+    return _profiler.record_function(label)
+
+
 def phase(name: str, device: Any = None) -> AbstractContextManager:
     """Mark one phase (``"scatter"``, ``"forward"`` ...) on ``device`` (None: all devices)."""
     listener = _listener
-    return _OFF if listener is None else listener(name, device)
+    # A plain Python flag that torch.profiler sets while it runs (read in any thread).
+    profiling = _profiler._is_profiler_enabled
+    if listener is None:
+        return _range(name, device) if profiling else _OFF
+    if not profiling:
+        return listener(name, device)
+    return _both(_range(name, device), listener(name, device))
+
+
+@contextmanager
+def _both(outer: AbstractContextManager, inner: AbstractContextManager) -> Iterator[None]:
+    with outer, inner:
+        yield
 
 
 def set_listener(listener: Listener | None) -> Listener | None:

@@ -19,6 +19,7 @@ from torch.autograd import Function
 from torch.nn.parameter import is_lazy
 
 from learn_parallel.devices import Device, DeviceLike, to_device
+from learn_parallel.phases import phase
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
@@ -63,7 +64,9 @@ class Broadcast(Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        return (None, *ReduceAddToSource.apply(ctx.devices, ctx.num_tensors, *grads))
+        with phase("reduce"):
+            summed = ReduceAddToSource.apply(ctx.devices, ctx.num_tensors, *grads)
+        return (None, *summed)
 
 
 class ReduceAddToSource(Function):

@@ -19,6 +19,7 @@ import torch
 from torch.autograd import Function
 
 from learn_parallel.devices import Device, DeviceLike, to_device
+from learn_parallel.phases import phase
 
 
 # [scatter-function]
@@ -66,7 +67,9 @@ class Gather(Function):
     def backward(ctx, grad):
         # Each slice of the gradient goes back to the device its piece came from.
         targets = [_TorchDevice(source) for source in ctx.sources]
-        return None, None, *Scatter.apply(targets, ctx.sizes, ctx.dim, grad)
+        with phase("grad scatter"):
+            pieces = Scatter.apply(targets, ctx.sizes, ctx.dim, grad)
+        return None, None, *pieces
 
 
 # [gather-function]

@@ -21,7 +21,10 @@ from learn_parallel.lab.timing import Hardware, PhaseRecord, Recorder, Timeline,
 
 matplotlib.use("Agg")
 
-STEP_PHASES = {"scatter", "replicate", "forward", "gather", "loss", "backward", "optimizer"}
+STEP_PHASES = {
+    *("scatter", "replicate", "forward", "gather", "loss", "backward", "optimizer"),
+    *("grad scatter", "replica backward", "reduce"),  # backward's parts, see Recorder
+}
 
 
 def _train(dp: nn.Module, recorder: Recorder | None, steps: int = 2) -> None:

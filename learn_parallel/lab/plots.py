@@ -24,7 +24,10 @@ PHASE_COLORS = {
     "forward": "#55A868",
     "gather": "#C44E52",
     "loss": "#8172B3",
-    "backward": "#937860",
+    "backward": "#D9CBB8",  # light: the nested backward phases are drawn over it
+    "grad scatter": "#64B5CD",
+    "replica backward": "#937860",
+    "reduce": "#E0A020",
     "optimizer": "#DA8BC3",
 }
 IMPLEMENTATION_LABELS = {
@@ -55,7 +58,11 @@ def _phases_in(timeline: Timeline) -> list[str]:
 def _clock_note(timeline: Timeline) -> str:
     if timeline.hardware.device_type == "cuda":
         return "GPU rows: CUDA events; host row: when Python issued the work"
-    return "host clock (simulated devices share the CPU)"
+    note = "host clock (simulated devices share the CPU)"
+    if any(r.phase == "replica backward" for r in timeline.records):
+        # CPU autograd runs every replica's backward in the calling thread, in turn.
+        note += ";\nbackward: CPU autograd runs all replicas in one thread, so rows show one span"
+    return note
 
 
 # [plot-timeline]
@@ -75,6 +82,8 @@ def plot_timeline(
     if ax is None:
         fig, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * len(rows)), layout="constrained")
     fig = ax.figure
+    # Longest first, so phases nested in another (backward's parts) are drawn on top.
+    records = sorted(records, key=lambda r: -r.duration_ms)
     for y, row in enumerate(rows):
         for r in records:
             if r.device == row:

@@ -18,7 +18,8 @@ happen outside ``DataParallel.forward`` yourself::
     timeline = rec.timeline()                  # plain data, JSON-ready
 
 Clocks: on GPUs every mark is a CUDA event recorded on the device's current
-stream, so the step is never synchronised; the events are turned into
+stream, so nothing inside a step is synchronised (`Recorder.steps` waits for
+the devices *between* steps, as the timed steps do); the events are turned into
 milliseconds only when `Recorder.timeline` is called (after one synchronize).
 Simulated devices use the host clock (`time.perf_counter`). Either way, times
 are milliseconds since the recorder was switched on.
@@ -45,14 +46,25 @@ from learn_parallel.devices import (
     DeviceLike,
     device_count,
     device_type,
-    synchronize,
     to_device,
 )
+from learn_parallel.devices import synchronize as synchronize_devices
 
 _active: Recorder | None = None  # the recorder switched on, if any
 
 HOST = "host"  # the row for what the Python thread did (phases of no single device)
-PHASES = ("scatter", "replicate", "forward", "gather", "loss", "backward", "optimizer")
+PHASES = (
+    "scatter",
+    "replicate",
+    "forward",
+    "gather",
+    "loss",
+    "backward",
+    "grad scatter",  # backward of gather: the output's gradient split back to the devices
+    "replica backward",  # derived: from a device's gradient arriving to its reduce
+    "reduce",  # backward of replicate: the replicas' gradients summed onto the source
+    "optimizer",
+)
 
 
 # [records]
@@ -187,11 +199,17 @@ class Recorder:
     ``host_row``, a host-clock bar (when Python issued it). On simulated
     devices every row runs on the host clock, so the host row is off by default.
 
-    Backward is not split per replica: autograd runs it outside our code. On
-    GPUs the per-device bars are still that device's own: its end event
-    completes only when the device has finished the backward work queued on
-    its stream. On simulated devices CPU autograd runs every replica's
-    backward in the calling thread, so all rows show the same span.
+    Backward: the training loop's ``backward`` phase spans all of
+    ``loss.backward()``. Inside it, the core marks the backward of gather
+    (``grad scatter``: the output's gradient split back to the devices) and the
+    backward of replicate (``reduce``: every replica's parameter gradients
+    summed onto the source device), both from autograd's own threads. Between
+    the two, each device runs its replica's backward: `timeline` adds that span
+    per device as ``replica backward`` (end of its ``grad scatter`` to start of
+    its ``reduce``). On GPUs each bar is that device's own: an event completes
+    only when the work queued before it on that device's stream has finished.
+    On simulated devices CPU autograd runs every replica's backward one after
+    another in the calling thread, so every row shows the same span.
     """
 
     def __init__(
@@ -254,12 +272,23 @@ class Recorder:
         self._next_step = self.step + 1
         return self.step
 
-    def steps(self, count: int | Iterable[Any]) -> Iterator[Any]:
-        """``for _ in rec.steps(3):`` numbers the loop's steps 0, 1, 2."""
+    def steps(self, count: int | Iterable[Any], synchronize: bool = True) -> Iterator[Any]:
+        """``for _ in rec.steps(3):`` numbers the loop's steps 0, 1, 2.
+
+        With ``synchronize`` (the default) every device is idle when a step
+        begins, as in `step_times_ms`: a recorded step is then the same thing
+        as a timed one. Without it the host runs ahead: it issues step N+1
+        while the GPUs still work on step N, so the host row of a step starts
+        long before its GPU rows (which wait for the previous step's work).
+        """
         items = range(count) if isinstance(count, int) else count
         for number, item in enumerate(items):
+            if synchronize:
+                synchronize_devices(self.devices)
             self.begin_step(number)
             yield item
+        if synchronize:
+            synchronize_devices(self.devices)
 
     # -- phases ----------------------------------------------------------------
     @contextmanager
@@ -314,6 +343,7 @@ class Recorder:
                 PhaseRecord(row, name, self._ms(start, device), self._ms(end, device), step)
             )
             clocks[row] = "cuda-event" if start.event is not None else "host"
+        records += replica_backward(records)
         hardware_devices = sorted(
             {d for *_, d in pending if d is not None} | set(self.devices),
             key=lambda d: d.index or 0,
@@ -334,6 +364,58 @@ class Recorder:
 
 
 # [recorder]
+
+
+def replica_backward(records: Sequence[PhaseRecord]) -> list[PhaseRecord]:
+    """Per device and step: from the end of its last ``grad scatter`` to its first ``reduce``."""
+    ends: dict[tuple[str, int], float] = {}
+    starts: dict[tuple[str, int], float] = {}
+    for r in records:
+        key = (r.device, r.step)
+        if r.phase == "grad scatter":
+            ends[key] = max(ends.get(key, r.end_ms), r.end_ms)
+        elif r.phase == "reduce":
+            starts[key] = min(starts.get(key, r.start_ms), r.start_ms)
+    return [
+        PhaseRecord(device, "replica backward", ends[key], starts[key], step)
+        for key in sorted(ends.keys() & starts.keys())
+        for device, step in [key]
+        if device != HOST and starts[key] >= ends[key]
+    ]
+
+
+def step_spans(timeline: Timeline) -> list[dict[str, Any]]:
+    """Per step, the raw numbers that say whether a timeline is self-consistent (ms).
+
+    ``span``: first start to last end over every row (what a timeline plot of
+    the step shows); ``device_span``: the same over the device rows only;
+    ``device_lag``: how long after the host row began the first device row
+    began; ``previous_device_end``: when the devices finished the step before.
+    A device lag close to ``first_device_start - previous_device_end`` == 0
+    means the devices were still busy with the previous step (host ran ahead),
+    not that the clocks disagree.
+    """
+    rows = []
+    previous_end = None
+    for step in timeline.steps():
+        recs = [r for r in timeline.records if r.step == step]
+        dev = [r for r in recs if r.device != HOST]
+        host = [r for r in recs if r.device == HOST]
+        row: dict[str, Any] = {
+            "step": step,
+            "span": max(r.end_ms for r in recs) - min(r.start_ms for r in recs),
+        }
+        if dev:
+            first, last = min(r.start_ms for r in dev), max(r.end_ms for r in dev)
+            row.update(device_span=last - first, first_device_start=first, last_device_end=last)
+            row["previous_device_end"] = previous_end
+            previous_end = last
+        if host:
+            row["host_start"] = min(r.start_ms for r in host)
+            if dev:
+                row["device_lag"] = row["first_device_start"] - row["host_start"]
+        rows.append(row)
+    return rows
 
 
 def record(devices: Sequence[DeviceLike] | None = None, host_row: bool | None = None) -> Recorder:
@@ -358,10 +440,10 @@ def step_times_ms(
         step()
     times = []
     for _ in range(steps):
-        synchronize(devices)
+        synchronize_devices(devices)
         start = time.perf_counter()
         step()
-        synchronize(devices)
+        synchronize_devices(devices)
         times.append((time.perf_counter() - start) * 1e3)
     return times
 
