@@ -1,0 +1,155 @@
+"""Do recorded timelines agree with measured step times? The raw numbers, per step.
+
+    python -m learn_parallel.lab.timeline_check --out DIR [--devices 2] [--steps 5]
+
+For the MLP and ResNet-18 of the benchmark (`learn_parallel.lab.workloads`) on
+``--devices`` devices, this times training steps the way the benchmark does
+(every device idle at each step's start and end), then records the same steps
+twice: with the devices synchronised between recorded steps (what
+`Recorder.steps` does by default) and without (what the recorder did before).
+For each it prints `step_spans`: the span a timeline plot shows, when the
+first device row began after the host row began, and when the devices had
+finished the step before. It also checks the clock alignment itself: two
+reference events taken on idle GPUs some time apart must be as far apart on
+the GPU clock as on the host clock.
+
+Everything goes to ``DIR/timeline_check.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from learn_parallel import DataParallel
+from learn_parallel.devices import Device, device_count, device_type
+from learn_parallel.lab.timing import Recorder, describe_hardware, phase, step_spans, step_times_ms
+from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
+
+WORKLOADS = {
+    "mlp": Workload("mlp", 4096),
+    "resnet18": Workload("conv", 512),
+}
+SIMULATED_WORKLOADS = {  # small enough for a laptop's CPU
+    "mlp": Workload("mlp", 256, width=256),
+    "resnet18": Workload("conv", 32, image_size=32, model="small_cnn"),
+}
+
+
+def make_step(workload: Workload, devices: Sequence[Device]):
+    """One DataParallel training step of ``workload``, with its phases marked."""
+    source = devices[0].torch_device
+    model = build_model(workload).to(source)
+    dp = DataParallel(model, device_ids=[d.index for d in devices])
+    optimizer = torch.optim.SGD(dp.parameters(), lr=0.01)
+    x, y = make_batch(workload, workload.batch, source)
+
+    def step() -> None:
+        output = dp(x)
+        with phase("loss"):
+            loss = loss_function(workload, output, y)
+        with phase("backward"):
+            loss.backward()
+        with phase("optimizer"):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    return step, dp.devices
+
+
+def check_workload(workload: Workload, devices: Sequence[Device], steps: int = 5) -> dict[str, Any]:
+    """Measured step times, and the step spans of timelines recorded with and without syncs."""
+    step, devs = make_step(workload, devices)
+    measured = step_times_ms(step, devs, warmup=3, steps=max(steps, 7))
+    result: dict[str, Any] = {
+        "workload": workload.resolved().describe(),
+        "measured_ms": measured,
+        "measured_median_ms": statistics.median(measured),
+    }
+    for synchronized in (True, False):
+        with Recorder(devices=devs) as recorder:
+            for _ in recorder.steps(steps, synchronize=synchronized):
+                step()
+        timeline = recorder.timeline()
+        spans = step_spans(timeline)
+        key = "synchronized" if synchronized else "unsynchronized"
+        result[key] = {
+            "step_spans": spans,
+            "median_span_ms": statistics.median(s["span"] for s in spans[1:] or spans),
+            "timeline": timeline.to_dict(),
+        }
+    return result
+
+
+def clock_alignment(devices: Sequence[Device], gap_s: float = 0.2) -> list[dict[str, float]]:
+    """Per GPU: host-clock vs event-clock distance between two idle-GPU reference events."""
+    rows = []
+    for d in devices:
+        if d.type != "cuda":
+            continue
+        marks = []
+        for _ in range(2):
+            torch.cuda.synchronize(d.index)
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(torch.cuda.current_stream(d.index))
+            marks.append((time.perf_counter(), event))
+            time.sleep(gap_s)
+        torch.cuda.synchronize(d.index)
+        host_ms = (marks[1][0] - marks[0][0]) * 1e3
+        event_ms = marks[0][1].elapsed_time(marks[1][1])
+        rows.append({"device": str(d), "host_ms": host_ms, "event_ms": event_ms})
+    return rows
+
+
+def _print_spans(name: str, data: dict[str, Any]) -> None:
+    print(f"  {name}: median span {data['median_span_ms']:.2f} ms")
+    for s in data["step_spans"]:
+        cols = [f"step {s['step']}", f"span {s['span']:.2f}"]
+        for key in ("device_span", "device_lag", "host_start", "first_device_start"):
+            if key in s:
+                cols.append(f"{key} {s[key]:.2f}")
+        if s.get("previous_device_end") is not None:
+            cols.append(f"previous_device_end {s['previous_device_end']:.2f}")
+        print("    " + ", ".join(cols))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for timeline_check.json")
+    parser.add_argument("--devices", type=int, default=2, help="how many devices (default 2)")
+    parser.add_argument("--steps", type=int, default=5, help="recorded steps per timeline")
+    parser.add_argument("--workloads", default="mlp,resnet18", help="comma-separated")
+    args = parser.parse_args(argv)
+    count = min(args.devices, device_count())
+    devices = [Device(device_type(), i) for i in range(count)]
+    table = WORKLOADS if device_type() == "cuda" else SIMULATED_WORKLOADS
+    report: dict[str, Any] = {
+        "hardware": describe_hardware(devices).__dict__,
+        "command": "python -m learn_parallel.lab.timeline_check "
+        + " ".join(sys.argv[1:] if argv is None else argv),
+        "clock_alignment": clock_alignment(devices),
+        "workloads": {},
+    }
+    print("clock alignment (two idle-GPU events 200 ms apart):", report["clock_alignment"])
+    for name in args.workloads.split(","):
+        torch.backends.cudnn.benchmark = False
+        result = check_workload(table[name], devices, args.steps)
+        report["workloads"][name] = result
+        print(f"{result['workload']}: measured median {result['measured_median_ms']:.2f} ms")
+        _print_spans("synchronized", result["synchronized"])
+        _print_spans("unsynchronized", result["unsynchronized"])
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "timeline_check.json").write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
