@@ -1,0 +1,112 @@
+"""What ``torch.nn.parallel.gather`` really does with outputs it was not written for.
+
+    python -m learn_parallel.lab.gather_probe --out DIR
+
+Calls the real function (and ``learn_parallel.gather`` beside it) on per-replica
+outputs that are strings, ints, a dataclass holding a tensor, and a tuple of a
+string and a tensor, and writes what came back or what was raised. Its cases
+with no tensor in them run anywhere; the ones with tensors need CUDA tensors
+(torch's ``Gather`` refuses CPU tensors) and are run only on GPUs. It also
+records where ``gather_map``'s last line sits in the installed torch, to link
+the source line of the version that ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import learn_parallel as lp
+
+
+@dataclasses.dataclass
+class Prediction:
+    """A model output that is neither a tensor, a dict nor a (named) tuple."""
+
+    logits: torch.Tensor
+
+
+def cases(device: torch.device | None) -> dict[str, list[Any]]:
+    """Per-replica outputs (two replicas); those with tensors only when ``device`` is given."""
+    found: dict[str, list[Any]] = {
+        "strings of equal length": ["ab", "cd"],
+        "strings of different lengths": ["ab", "cde"],
+        "ints": [1, 2],
+    }
+    if device is not None:
+        t = [torch.ones(2, 3, device=device), torch.ones(2, 3, device=device)]
+        found["dataclass holding a tensor"] = [Prediction(t[0]), Prediction(t[1])]
+        found["tuple of a string and a tensor"] = [("a", t[0]), ("b", t[1])]
+    return found
+
+
+def outcome(gather: Callable[[list[Any], Any], Any], outputs: list[Any], target: Any) -> dict:
+    """What ``gather(outputs, target)`` returned (type and repr) or raised (type and message)."""
+    try:
+        value = gather(outputs, target)
+    except Exception as error:  # noqa: BLE001 - what it raises is the finding
+        return {"raised": type(error).__name__, "message": str(error).splitlines()[0][:200]}
+    text = repr(value)
+    if " at 0x" in text:  # memory addresses differ from run to run
+        text = text.split(" at 0x")[0] + " at 0x...>" + ("'" if text.endswith("'") else "")
+    return {"returned": type(value).__name__, "repr": text[:200]}
+
+
+def probe() -> dict[str, dict[str, dict]]:
+    """``{case: {"torch": outcome, "learn_parallel": outcome}}``, every case that runs here."""
+    gpu = torch.cuda.is_available() and torch.cuda.device_count() >= 2
+    device = torch.device("cuda", 0) if gpu else None
+    result = {}
+    for name, outputs in cases(device).items():
+        target = 0 if gpu else "cpu"
+        result[name] = {
+            "torch": outcome(torch.nn.parallel.gather, outputs, target),
+            "learn_parallel": outcome(lp.gather, outputs, target if gpu else lp.Device("sim", 0)),
+        }
+    return result
+
+
+def source_lines() -> dict[str, Any]:
+    """Where ``gather_map``'s fallback line sits in the installed torch's file."""
+    from torch.nn.parallel import scatter_gather
+
+    lines, start = inspect.getsourcelines(scatter_gather.gather)
+    found = {"torch_version": torch.__version__, "gather_first_line": start, "lines": {}}
+    for offset, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith(("def gather_map", "return type(out)(", "if isinstance(out")):
+            found["lines"][str(start + offset)] = stripped
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for gather_probe.json")
+    args = parser.parse_args(argv)
+    report = {
+        "command": "python -m learn_parallel.lab.gather_probe " + " ".join(sys.argv[1:]),
+        "torch_version": torch.__version__,
+        "gpus": torch.cuda.device_count(),
+        "source": source_lines(),
+        "cases": probe(),
+    }
+    for name, both in report["cases"].items():
+        print(f"{name}:")
+        for who, what in both.items():
+            print(f"  {who:15s} {what}")
+    print(report["source"])
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "gather_probe.json").write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
