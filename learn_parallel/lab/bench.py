@@ -32,6 +32,7 @@ from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import SIMULATED_DEVICES_ENV, Device, device_count, device_type
 from learn_parallel.lab.bench_ddp import share
 from learn_parallel.lab.timing import Recorder, describe_hardware, phase
+from learn_parallel.lab.trace import chrome_trace
 from learn_parallel.lab.workloads import (
     CONV_MODELS,
     Workload,
@@ -74,6 +75,7 @@ class Settings:
     progress: bool = True
     plots: bool = True
     notes: list[str] = field(default_factory=list)
+    trace: Path | None = None  # Chrome/Perfetto traces: PATH's stem + "-<group>-<impl>-<n>.json"
 
 
 def _int_list(text: str) -> list[int]:
@@ -203,6 +205,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-plots", action="store_true", help="write bench.json only")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also profile two steps of learn_parallel and torch.nn.DataParallel on the most "
+        "devices and write Chrome/Perfetto traces next to PATH, named "
+        "<stem>-<group>-<implementation>-<devices>.json (open at https://ui.perfetto.dev)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -266,6 +277,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         progress=not args.no_progress,
         plots=not args.no_plots,
         notes=notes,
+        trace=args.trace,
     )
 
 
@@ -355,9 +367,16 @@ def measure_in_process(
         return row, None
     torch.backends.cudnn.benchmark = bool(group.cudnn_benchmark)
     timeline = None
+    trace = None
+    if settings.trace and implementation != "single" and count == max(settings.devices):
+        trace = settings.trace.with_name(
+            f"{settings.trace.stem}-{group.key}-{implementation}-{count}.json"
+        )
     try:
-        times, timeline = _train_and_time(implementation, group.workload, count, settings)
+        times, timeline = _train_and_time(implementation, group.workload, count, settings, trace)
         row.update(_summary(times, group.workload.batch))
+        if trace is not None:
+            row["trace"] = trace.name
     except Exception as error:  # noqa: BLE001 - one failure (say, out of memory) is a row
         row.update(status="failed", note=f"{type(error).__name__}: {error}"[:500])
     finally:
@@ -368,7 +387,11 @@ def measure_in_process(
 
 
 def _train_and_time(
-    implementation: str, workload: Workload, count: int, settings: Settings
+    implementation: str,
+    workload: Workload,
+    count: int,
+    settings: Settings,
+    trace: Path | None = None,
 ) -> tuple[list[float], dict[str, Any] | None]:
     source = _source()
     model = build_model(workload, settings.seed).to(source)
@@ -402,6 +425,10 @@ def _train_and_time(
             for _ in recorder.steps(settings.timeline_steps):
                 step()
         timeline = recorder.timeline().to_dict()
+    if trace is not None:
+        with chrome_trace(trace):
+            for _ in range(2):
+                step()
     return times, timeline
 
 

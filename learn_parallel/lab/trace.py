@@ -1,0 +1,48 @@
+"""Export a Chrome/Perfetto trace of a few steps: the phases as named ranges beside torch's ops.
+
+    with chrome_trace("trace.json"):
+        for _ in range(2):
+            step()
+
+While ``torch.profiler`` runs, every phase the core marks (`learn_parallel.phases`)
+is also a ``record_function`` range named ``learn_parallel.<phase>``, so the
+trace shows scatter, replicate, each replica's forward, gather, and in backward
+the gradient's scatter and the reduce onto the source device, over torch's own
+ops, CUDA runtime calls and (on GPUs) kernels. Open the file at
+https://ui.perfetto.dev (or chrome://tracing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, _ExperimentalConfig, profile
+
+
+def _all_threads() -> _ExperimentalConfig | None:
+    try:
+        return _ExperimentalConfig(profile_all_threads=True)
+    except TypeError:  # an older torch: only the profiling thread (and autograd's) are seen
+        return None
+
+
+@contextmanager
+def chrome_trace(path: str | Path) -> Iterator[Any]:
+    """Profile the body (CPU, and CUDA where there is a GPU); write the trace to ``path``."""
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    path = Path(path)
+    # torch.profiler is thread-local: without this, the CPU ops and phase ranges of
+    # the worker threads that run the replicas' forwards (ours, and torch's
+    # DataParallel's) are missing from the trace.
+    with profile(activities=activities, experimental_config=_all_threads()) as prof:
+        yield prof
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()  # the kernels of the last step belong in the trace
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(path))
