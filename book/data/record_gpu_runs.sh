@@ -5,7 +5,10 @@
 # chain benchmark (scattered vs gather-then-rescatter) and the main benchmark
 # (learn_parallel vs torch.nn.DataParallel vs DDP), and with PARTS including
 # "notebooks", every chapter executed on the GPUs (needs nbclient and ipykernel).
-# PARTS picks some of them (default: "tests measure chain bench"). Each part keeps going if another fails;
+# PARTS picks some of them (default: "tests measure chain bench"); more parts: "workers"
+# (fresh vs persistent worker threads), "timeline" (recorded spans vs measured steps),
+# "gatherprobe" (torch's gather on odd outputs), "trace" (Perfetto traces of 2 steps).
+# Each part keeps going if another fails;
 # logs and results end up in OUTDIR/results.tgz.
 set -uo pipefail
 out=${1:?usage: record_gpu_runs.sh OUTDIR [DEVICES]}
@@ -29,6 +32,32 @@ fi
 if [[ $parts == *" bench "* ]]; then
   timeout 420 python -m learn_parallel bench --devices "$devices" --no-progress \
     --out "$work/bench" 2>&1 | tee "$work/bench.log" | tail -40
+fi
+if [[ $parts == *" workers "* ]]; then
+  # Why persistent workers win: fresh vs persistent threads, cudnn.benchmark off/on, a profile.
+  timeout 200 python -m learn_parallel.lab.persistent_workers --out "$work/workers" --devices 2 \
+    2>&1 | grep -v '^USDT' | tee "$work/workers.log" | tail -40
+fi
+if [[ $parts == *" timeline "* ]]; then
+  # Recorded step spans vs measured step times, with and without syncs between recorded
+  # steps, and the event/host clock alignment; then the GPU test that checks them.
+  timeout 150 python -m learn_parallel.lab.timeline_check --out "$work/timeline" --devices 2 \
+    2>&1 | tee "$work/timeline.log" | tail -40
+  timeout 150 python -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_timeline.py 2>&1 \
+    | tee "$work/timeline-tests.log" | tail -15
+fi
+if [[ $parts == *" gatherprobe "* ]]; then
+  # The real torch.nn.parallel.gather on strings, ints, a dataclass, a (str, tensor) tuple.
+  timeout 60 python -m learn_parallel.lab.gather_probe --out "$work/gather_probe" 2>&1 \
+    | tee "$work/gather_probe.log" | tail -20
+fi
+if [[ $parts == *" trace "* ]]; then
+  # Chrome/Perfetto traces of two ResNet-18 steps on 2 GPUs: learn_parallel and torch's DP.
+  timeout 200 python -m learn_parallel bench --devices 2 --workloads conv --cudnn-benchmark off \
+    --implementations learn_parallel,torch_dp --warmup 3 --steps 5 --timeline-steps 0 \
+    --no-plots --no-progress --out "$work/trace" --trace "$work/trace/trace.json" 2>&1 \
+    | grep -v '^USDT' | tee "$work/trace.log" | tail -15
+  gzip -f "$work"/trace/trace-*.json 2>/dev/null  # ui.perfetto.dev opens .json.gz as well
 fi
 if [[ $parts == *" notebooks "* ]]; then
   # Each chapter, unchanged, executed on this machine's GPUs; the executed copies are kept.
