@@ -4,9 +4,9 @@
 
 Calls the real function (and ``learn_parallel.gather`` beside it) on per-replica
 outputs that are strings, ints, a dataclass holding a tensor, and a tuple of a
-string and a tensor, and writes what came back or what was raised. Its cases
-with no tensor in them run anywhere; the ones with tensors need CUDA tensors
-(torch's ``Gather`` refuses CPU tensors) and are run only on GPUs. It also
+string and a tensor, and writes what came back or what was raised. Cases whose
+tensors never reach torch's ``Gather`` run anywhere; the tuple case needs CUDA
+tensors (``Gather`` refuses CPU ones) and runs only on GPUs. It also
 records where ``gather_map``'s last line sits in the installed torch, to link
 the source line of the version that ran.
 """
@@ -36,14 +36,16 @@ class Prediction:
 
 def cases(device: torch.device | None) -> dict[str, list[Any]]:
     """Per-replica outputs (two replicas); those with tensors only when ``device`` is given."""
+    # torch's gather fails on a dataclass before it looks at the tensor inside, so
+    # that case runs on CPU tensors too; a tuple's tensor reaches Gather: GPUs only.
+    t = [torch.ones(2, 3, device=device), torch.ones(2, 3, device=device)]
     found: dict[str, list[Any]] = {
         "strings of equal length": ["ab", "cd"],
         "strings of different lengths": ["ab", "cde"],
         "ints": [1, 2],
+        "dataclass holding a tensor": [Prediction(t[0]), Prediction(t[1])],
     }
     if device is not None:
-        t = [torch.ones(2, 3, device=device), torch.ones(2, 3, device=device)]
-        found["dataclass holding a tensor"] = [Prediction(t[0]), Prediction(t[1])]
         found["tuple of a string and a tensor"] = [("a", t[0]), ("b", t[1])]
     return found
 
@@ -54,7 +56,7 @@ def outcome(gather: Callable[[list[Any], Any], Any], outputs: list[Any], target:
         value = gather(outputs, target)
     except Exception as error:  # noqa: BLE001 - what it raises is the finding
         return {"raised": type(error).__name__, "message": str(error).splitlines()[0][:200]}
-    text = repr(value)
+    text = " ".join(repr(value).split())
     if " at 0x" in text:  # memory addresses differ from run to run
         text = text.split(" at 0x")[0] + " at 0x...>" + ("'" if text.endswith("'") else "")
     return {"returned": type(value).__name__, "repr": text[:200]}
