@@ -1,10 +1,13 @@
 """Run every replica's forward at the same time, one persistent thread per device.
 
 PyTorch's DataParallel starts a fresh Python thread for each replica on every
-step. Thread-local state dies with those threads: cuDNN's autotuned plans,
-cuBLAS handles, the current stream. The pool below keeps exactly one worker
-thread per device for the life of the process and hands it each step's job,
-so that state is built once and reused.
+step, so every step's threads start without what PyTorch keeps per thread
+(the current device and stream, grad and autocast mode, per-thread caches;
+cuBLAS and cuDNN handles are the exception: a pool hands a finished thread's
+handles to the next one). The pool below keeps exactly one worker thread per
+device for the life of the process and hands it each step's job, so whatever
+is kept per thread is built once and reused
+(``python -m learn_parallel.lab.persistent_workers`` measures what that saves).
 
 A worker inherits the *caller's* per-thread settings for each job: grad mode,
 inference mode, autocast (enabled and dtype), the current device and stream.
