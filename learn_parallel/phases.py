@@ -41,7 +41,7 @@ def phase(name: str, device: Any = None) -> AbstractContextManager:
     """Mark one phase (``"scatter"``, ``"forward"`` ...) on ``device`` (None: all devices)."""
     listener = _listener
     # A plain Python flag that torch.profiler sets while it runs (read in any thread).
-    profiling = _profiler._is_profiler_enabled
+    profiling = getattr(_profiler, "_is_profiler_enabled", False)
     if listener is None:
         return _range(name, device) if profiling else _OFF
     if not profiling:

@@ -47,10 +47,12 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.profiler import ProfilerActivity, profile
 
 import learn_parallel as lp
 from learn_parallel.devices import Device, device_count, device_type, synchronize
 from learn_parallel.lab.timing import describe_hardware
+from learn_parallel.lab.trace import all_threads
 from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
 
 WORKLOADS = {"resnet18": Workload("conv", 512), "mlp": Workload("mlp", 4096)}
@@ -222,8 +224,6 @@ def _event_counts(prof: Any) -> dict[str, dict[str, Any]]:
 
 def profile_steps(workload: Workload, devices: Sequence[Device], out: Path) -> dict[str, Any]:
     """Profile one fresh-thread step and one persistent-thread step (after warm-up)."""
-    from torch.profiler import ProfilerActivity, profile
-
     activities = [ProfilerActivity.CPU]
     if devices[0].type == "cuda":
         activities.append(ProfilerActivity.CUDA)
@@ -237,7 +237,7 @@ def profile_steps(workload: Workload, devices: Sequence[Device], out: Path) -> d
                 step()
                 step()  # warm: the process's caches, the allocator, persistent threads
                 synchronize(devices)
-                with profile(activities=activities) as prof:
+                with profile(activities=activities, experimental_config=all_threads()) as prof:
                     step()
                     synchronize(devices)
                 key = f"{name}, cudnn.benchmark {'on' if benchmark else 'off'}"

@@ -23,7 +23,8 @@ import torch
 from torch.profiler import ProfilerActivity, _ExperimentalConfig, profile
 
 
-def _all_threads() -> _ExperimentalConfig | None:
+def all_threads() -> _ExperimentalConfig | None:
+    """Profiler settings that follow every thread (None where torch cannot)."""
     try:
         return _ExperimentalConfig(profile_all_threads=True)
     except TypeError:  # an older torch: only the profiling thread (and autograd's) are seen
@@ -40,7 +41,7 @@ def chrome_trace(path: str | Path) -> Iterator[Any]:
     # torch.profiler is thread-local: without this, the CPU ops and phase ranges of
     # the worker threads that run the replicas' forwards (ours, and torch's
     # DataParallel's) are missing from the trace.
-    with profile(activities=activities, experimental_config=_all_threads()) as prof:
+    with profile(activities=activities, experimental_config=all_threads()) as prof:
         yield prof
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # the kernels of the last step belong in the trace
