@@ -14,6 +14,8 @@ https://ui.perfetto.dev (or chrome://tracing).
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,9 +43,29 @@ def chrome_trace(path: str | Path) -> Iterator[Any]:
     # torch.profiler is thread-local: without this, the CPU ops and phase ranges of
     # the worker threads that run the replicas' forwards (ours, and torch's
     # DataParallel's) are missing from the trace.
-    with profile(activities=activities, experimental_config=all_threads()) as prof:
+    prof = profile(activities=activities, experimental_config=all_threads())
+    with _quiet_stderr():
+        prof.start()
+    try:
         yield prof
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # the kernels of the last step belong in the trace
+    finally:
+        with _quiet_stderr():
+            prof.stop()
     path.parent.mkdir(parents=True, exist_ok=True)
     prof.export_chrome_trace(str(path))
+
+
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Drop what C++ writes to the process's stderr meanwhile (Kineto's start/stop lines)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
