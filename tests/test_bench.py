@@ -82,6 +82,7 @@ def test_learn_parallel_timelines_cover_every_device(quick_run):
     for device in timeline.devices():
         assert {r.phase for r in timeline.records if r.device == device} == {
             "scatter", "replicate", "forward", "gather", "loss", "backward", "optimizer",
+            "grad scatter", "replica backward", "reduce",  # backward's parts, per device
         }  # fmt: skip
 
 
