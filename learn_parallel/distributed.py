@@ -128,6 +128,10 @@ class Bucket:
     waited: bool = False
     names: list[str] = field(default_factory=list)
 
+    @property
+    def full(self) -> bool:
+        return self.ready == len(self.params)
+
 
 # [ddp]
 class DistributedDataParallel(nn.Module):
@@ -239,9 +243,7 @@ class DistributedDataParallel(nn.Module):
         bucket.ready += 1
         # Launch every complete bucket, in bucket order: all ranks must issue
         # their collectives in the same order, or they would pair up wrongly.
-        while self._next_bucket < len(self.buckets) and self.buckets[
-            self._next_bucket
-        ].ready == len(self.buckets[self._next_bucket].params):
+        while self._next_bucket < len(self.buckets) and self.buckets[self._next_bucket].full:
             self._launch(self.buckets[self._next_bucket])
             self._next_bucket += 1
 
@@ -250,6 +252,9 @@ class DistributedDataParallel(nn.Module):
         # Dividing first keeps the sum in range; the sum of the quotients is the mean.
         bucket.flat = torch.cat([p.grad.reshape(-1) for p in bucket.params]).div_(self.world_size)
         with self._on_comm_stream():
+            # A phase mark (a no-op unless a recorder listens) that stays open until
+            # the all-reduce is done: at once on GPUs (on the side stream), at the
+            # end of backward on the CPU, where gloo can only be waited for.
             bucket.timing = phase(f"all-reduce {bucket.index}", self.device)
             bucket.timing.__enter__()
             bucket.work = dist.all_reduce(bucket.flat, group=self.group, async_op=True)
@@ -258,7 +263,7 @@ class DistributedDataParallel(nn.Module):
 
     def _finish(self) -> None:
         """End of backward: wait for every all-reduce and write the averages into ``.grad``."""
-        missing = [b for b in self.buckets[self._next_bucket :] if b.ready < len(b.params)]
+        missing = [b for b in self.buckets[self._next_bucket :] if not b.full]
         if missing:
             no_grad = [
                 self.param_names[p] for b in missing for p in b.params if p not in self._seen
