@@ -61,14 +61,15 @@ def ring_all_reduce(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
             else:
                 send, receive = (rank + 1 - step) % world, (rank - step) % world
             incoming = torch.empty_like(chunks[receive])
-            # Every rank computes the same chunk sizes, so an empty chunk is
-            # skipped by its sender and its receiver alike.
-            request = None
+            # Send and receive as one batch (NCCL could deadlock if every rank
+            # first blocked in its send). Every rank computes the same chunk
+            # sizes, so an empty chunk is skipped by its sender and receiver alike.
+            messages = []
             if chunks[send].numel():
-                request = dist.isend(chunks[send].contiguous(), right, group=group)
+                messages.append(dist.P2POp(dist.isend, chunks[send], right, group))
             if incoming.numel():
-                dist.recv(incoming, left, group=group)
-            if request is not None:
+                messages.append(dist.P2POp(dist.irecv, incoming, left, group))
+            for request in dist.batch_isend_irecv(messages) if messages else []:
                 request.wait()
             if half == "reduce-scatter":
                 chunks[receive].add_(incoming)

@@ -41,9 +41,9 @@ def _tasks(world: int) -> list[tuple[str, dict]]:
         ("train", {"rows": UNEVEN[world]}),
         ("ring", {"numel": 11}),
         ("ring", {"numel": world - 1}),  # fewer elements than ranks: an empty chunk
+        ("no_sync", {}),
+        ("errors", {}),
     ]
-    if world == 2:
-        tasks += [("no_sync", {}), ("errors", {})]
     return tasks
 
 
@@ -95,8 +95,6 @@ def test_ring_all_reduce_equals_dist_all_reduce(ranks):
 
 def test_no_sync_accumulates_locally_then_equals_one_big_batch(ranks):
     world, results = ranks
-    if world != 2:
-        pytest.skip("checked with 2 ranks")
     micro, rows = 3, 4
     big = reference_training([rows] * (world * micro), steps=1, per_rank_mean=False)
     shares = step_batches([rows] * (world * micro), 0)
@@ -112,9 +110,7 @@ def test_no_sync_accumulates_locally_then_equals_one_big_batch(ranks):
 
 
 def test_refusals_name_the_problem_and_the_fix(ranks):
-    world, results = ranks
-    if world != 2:
-        pytest.skip("checked with 2 ranks")
+    _, results = ranks
     for result in results:
         messages = result["errors:5"]
         assert "got no gradient" in messages["unused"]
