@@ -147,6 +147,8 @@ class DistributedDataParallel(nn.Module):
     mean losses (each process counts equally, not each sample).
 
     ``device_ids``: None, or ``[i]`` naming the one GPU the module is on.
+    ``output_device``: accepted for torch's signature; outputs stay where the
+    module computes them.
     ``bucket_cap_mb``: how many megabytes (2**20 bytes) of gradients go into one
     all-reduce. ``broadcast_buffers``: copy rank 0's buffers (BatchNorm running
     statistics) to every process at each forward, as torch does.
@@ -342,6 +344,12 @@ def _check_device(
                 "on the CPU: move it to this process's GPU, or use the gloo backend."
             )
         return device
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        raise ValueError(
+            f"The module is on {device}, but this process's current GPU is "
+            f"cuda:{torch.cuda.current_device()}, where NCCL runs its collectives. Give each "
+            "process its own GPU: torch.cuda.set_device(rank), then module.to(rank)."
+        )
     if device_ids is not None:
         wanted = [torch.device(device.type, d) if isinstance(d, int) else d for d in device_ids]
         if len(wanted) != 1 or torch.device(wanted[0]) != device:

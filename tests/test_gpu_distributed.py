@@ -93,6 +93,8 @@ def test_refusals_on_gpus(results):
         assert "got no gradient" in messages["unused"]
         assert f"must name the one device the module is on ([{rank}])" in messages["device_ids"]
         assert "NCCL, which moves only CUDA tensors" in messages["cpu_module"]
+        assert f"this process's current GPU is cuda:{rank}" in messages["other_gpu"]
+        assert "torch.cuda.set_device(rank)" in messages["other_gpu"]
 
 
 @pytest.mark.parametrize("model", ["mlp", "cnn"])

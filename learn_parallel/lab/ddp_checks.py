@@ -176,6 +176,8 @@ def errors_worker(rank: int, world: int) -> dict[str, str]:
     }
     if device.type == "cuda":  # NCCL cannot all-reduce a CPU module's gradients
         refused["cpu_module"] = lambda: DistributedDataParallel(tiny_model())
+        other = torch.device("cuda", 1 - device.index)
+        refused["other_gpu"] = lambda: DistributedDataParallel(tiny_model().to(other))
     for key, call in refused.items():
         try:
             call()
