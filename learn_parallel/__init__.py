@@ -8,6 +8,7 @@ gather/scatter options) and tuple_parallel.
 
 from learn_parallel.data_parallel import DataParallel, data_parallel
 from learn_parallel.devices import Device, device_count, device_type
+from learn_parallel.distributed import DistributedDataParallel
 from learn_parallel.options import gather_per_device
 from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.replicate import replicate
@@ -16,6 +17,7 @@ from learn_parallel.tuple_parallel import PerDeviceCollate, TupleParallel, split
 
 __all__ = [
     "DataParallel",
+    "DistributedDataParallel",
     "Device",
     "PerDeviceCollate",
     "TupleParallel",

@@ -58,6 +58,14 @@ if [[ $parts == *" trace "* ]]; then
     --no-plots --no-progress --out "$work/trace" --trace "$work/trace/trace.json" 2>&1 \
     | grep -v '^USDT' | tee "$work/trace.log" | tail -15
   gzip -f "$work"/trace/trace-*.json 2>/dev/null  # ui.perfetto.dev opens .json.gz as well
+if [[ $parts == *" ddp "* ]]; then
+  # learn_parallel.DistributedDataParallel vs torch's DDP vs learn_parallel.DataParallel on
+  # 2 GPUs (ResNet-18 and the MLP), with per-rank timelines; plus its GPU tests.
+  mkdir -p "$work/ddp"
+  timeout 90 python -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_distributed.py 2>&1 \
+    | tee "$work/ddp-gpu-tests.log" | tail -15
+  timeout 150 python -m learn_parallel.lab.ddp_timeline --out "$work/ddp" --world 2 --steps 30 \
+    --timeout 120 2>&1 | tee "$work/ddp.log" | tail -25
 fi
 if [[ $parts == *" notebooks "* ]]; then
   # Each chapter, unchanged, executed on this machine's GPUs; the executed copies are kept.

@@ -1,0 +1,361 @@
+"""A minimal DistributedDataParallel: one process per device, gradients averaged by all-reduce.
+
+DataParallel runs one Python process that drives every device: each step it
+copies the parameters to every device (replicate), launches the replicas'
+forwards from threads that share one GIL, and sums the gradients back onto the
+first device, where the optimizer runs. DistributedDataParallel turns this
+around. Every device gets its own process with its own full copy of the model
+and its own optimizer:
+
+1. at wrap time the parameters and buffers of rank 0 are broadcast, so every
+   process starts from the same weights (and never copies them again);
+2. each process runs forward and backward on its own share of the batch;
+3. during backward, as soon as a group ("bucket") of gradients is complete, it
+   is all-reduced (summed across processes) *asynchronously*, while autograd
+   goes on computing the gradients of earlier layers;
+4. at the end of backward every process holds the same averaged gradients, so
+   every process's optimizer takes the same step and the copies stay equal.
+
+The processes talk through ``torch.distributed`` (NCCL between GPUs, gloo on the
+CPU); `ring_all_reduce` spells out, with point-to-point messages, what one
+all-reduce does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from learn_parallel.phases import phase
+
+DEFAULT_BUCKET_CAP_MB = 25.0  # the default of torch.nn.parallel.DistributedDataParallel
+
+
+# [ring]
+def ring_all_reduce(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """Sum ``tensor`` across all processes, in place, by passing chunks around a ring.
+
+    The tensor is cut into one chunk per process. In the *reduce-scatter* half,
+    each of ``world - 1`` steps every rank sends one chunk to its right
+    neighbour and adds the chunk arriving from its left one; afterwards rank r
+    holds the complete sum of chunk (r + 1) % world. In the *all-gather* half
+    the finished chunks travel once more around the ring, copied instead of
+    added. Every rank sends 2 (world - 1) / world times the tensor's size in
+    total, however many processes there are: that is why rings scale.
+    """
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    right, left = (rank + 1) % world, (rank - 1) % world
+    if group is not None:  # point-to-point calls take global ranks
+        right, left = dist.get_global_rank(group, right), dist.get_global_rank(group, left)
+    chunks = tensor.view(-1).tensor_split(world)  # views: writing them writes ``tensor``
+    for half in ("reduce-scatter", "all-gather"):
+        for step in range(world - 1):
+            if half == "reduce-scatter":
+                send, receive = (rank - step) % world, (rank - step - 1) % world
+            else:
+                send, receive = (rank + 1 - step) % world, (rank - step) % world
+            incoming = torch.empty_like(chunks[receive])
+            # Send and receive as one batch (NCCL could deadlock if every rank
+            # first blocked in its send). Every rank computes the same chunk
+            # sizes, so an empty chunk is skipped by its sender and receiver alike.
+            messages = []
+            if chunks[send].numel():
+                messages.append(dist.P2POp(dist.isend, chunks[send], right, group))
+            if incoming.numel():
+                messages.append(dist.P2POp(dist.irecv, incoming, left, group))
+            for request in dist.batch_isend_irecv(messages) if messages else []:
+                request.wait()
+            if half == "reduce-scatter":
+                chunks[receive].add_(incoming)
+            else:
+                chunks[receive].copy_(incoming)
+    return tensor
+
+
+# [ring]
+
+
+def assign_buckets(sizes_in_bytes: Sequence[int], cap_bytes: int) -> list[list[int]]:
+    """Group parameter indices into buckets of at most ``cap_bytes``, last parameter first.
+
+    Backward produces gradients roughly in the reverse order of the forward,
+    so the buckets are filled from the last parameter to the first. A bucket is
+    closed when the next parameter would take it past the cap; a parameter
+    larger than the cap gets a bucket of its own.
+    """
+    buckets: list[list[int]] = []
+    current: list[int] = []
+    current_bytes = 0
+    for index in reversed(range(len(sizes_in_bytes))):
+        size = sizes_in_bytes[index]
+        if current and current_bytes + size > cap_bytes:
+            buckets.append(current)
+            current, current_bytes = [], 0
+        current.append(index)
+        current_bytes += size
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def broadcast_coalesced(tensors: Sequence[torch.Tensor], src: int = 0, group: Any = None) -> None:
+    """Overwrite ``tensors`` in every process with rank ``src``'s values, one message per dtype."""
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for t in tensors:
+        by_dtype.setdefault(t.dtype, []).append(t)
+    for same in by_dtype.values():
+        flat = torch.cat([t.detach().reshape(-1) for t in same])
+        dist.broadcast(flat, dist.get_global_rank(group, src) if group else src, group=group)
+        for t, piece in zip(same, flat.split([t.numel() for t in same])):
+            t.detach().copy_(piece.view_as(t))
+
+
+@dataclass
+class Bucket:
+    """Parameters whose gradients travel together in one all-reduce."""
+
+    index: int
+    params: list[nn.Parameter]
+    ready: int = 0  # how many of ``params`` got their gradient in this backward
+    flat: torch.Tensor | None = None  # the gradients, flattened, while in flight
+    work: Any = None  # the handle of the asynchronous all-reduce
+    timing: Any = None  # the open phase mark of this all-reduce (a no-op unless recorded)
+    waited: bool = False
+    names: list[str] = field(default_factory=list)
+
+    @property
+    def full(self) -> bool:
+        return self.ready == len(self.params)
+
+
+# [ddp]
+class DistributedDataParallel(nn.Module):
+    """Data parallelism with one process per device, like torch's DistributedDataParallel.
+
+    Call ``torch.distributed.init_process_group`` in every process first, move
+    the module to this process's device, then wrap it. Each process feeds its
+    own share of the batch; after ``loss.backward()`` every process holds the
+    gradients averaged over all processes. Averaging per-process gradients
+    means that with equal shares per process the result is the gradient of the
+    global mean loss; with unequal shares it is the mean of the per-process
+    mean losses (each process counts equally, not each sample).
+
+    ``device_ids``: None, or ``[i]`` naming the one GPU the module is on.
+    ``output_device``: accepted for torch's signature; outputs stay where the
+    module computes them.
+    ``bucket_cap_mb``: how many megabytes (2**20 bytes) of gradients go into one
+    all-reduce. ``broadcast_buffers``: copy rank 0's buffers (BatchNorm running
+    statistics) to every process at each forward, as torch does.
+    Not supported: modules spread over several devices, and parameters that
+    get no gradient in a step (torch's ``find_unused_parameters``).
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        device_ids: Sequence[int | torch.device] | None = None,
+        output_device: int | torch.device | None = None,
+        broadcast_buffers: bool = True,
+        process_group: Any = None,
+        bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB,
+    ) -> None:
+        super().__init__()
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError(
+                "DistributedDataParallel needs a process group, and none is initialised: "
+                "call torch.distributed.init_process_group(backend, rank=..., world_size=...) "
+                "in every process before wrapping the model."
+            )
+        self.module = module
+        self.group = process_group
+        self.world_size = dist.get_world_size(process_group)
+        self.broadcast_buffers = broadcast_buffers
+        self.device = _check_device(module, device_ids, output_device)
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        if not named:
+            raise ValueError(
+                "DistributedDataParallel has nothing to do: the module has no parameter "
+                "that requires a gradient."
+            )
+        self.param_names = {p: n for n, p in named}
+
+        # 1. Same starting point everywhere: rank 0's parameters and buffers.
+        with torch.no_grad():
+            broadcast_coalesced([*module.parameters(), *module.buffers()], 0, process_group)
+
+        # 2. Buckets, last parameter first (roughly the order backward produces them).
+        cap = int(bucket_cap_mb * 2**20)
+        sizes = [p.numel() * p.element_size() for _, p in named]
+        self.buckets = [
+            Bucket(i, [named[k][1] for k in ks], names=[named[k][0] for k in ks])
+            for i, ks in enumerate(assign_buckets(sizes, cap))
+        ]
+        self.bucket_of = {p: b for b in self.buckets for p in b.params}
+
+        # 3. One hook per parameter, called by autograd once its .grad is complete.
+        for _, p in named:
+            p.register_post_accumulate_grad_hook(self._gradient_ready)
+
+        self.require_sync = True  # switched off by no_sync()
+        self._sync_this_backward = True
+        self._reset()  # per-backward state: ready counts, the next bucket to launch
+        # GPUs: all-reduces run on a side stream, so backward's kernels never wait for them.
+        self._comm_stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        self._reset()
+        self._sync_this_backward = self.require_sync and torch.is_grad_enabled()
+        if self.broadcast_buffers and self.world_size > 1:
+            buffers = list(self.module.buffers())
+            if buffers:
+                with torch.no_grad():
+                    broadcast_coalesced(buffers, 0, self.group)
+        with phase("forward", self.device):
+            return self.module(*inputs, **kwargs)
+
+    @contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Forward and backward inside this block only accumulate local gradients.
+
+        The first backward outside it all-reduces the sum of everything
+        accumulated, so k small batches then cost one all-reduce, not k.
+        """
+        previous, self.require_sync = self.require_sync, False
+        try:
+            yield
+        finally:
+            self.require_sync = previous
+
+    # -- during backward -------------------------------------------------------
+    def _gradient_ready(self, param: nn.Parameter) -> None:
+        """Autograd calls this as soon as ``param.grad`` holds this backward's gradient."""
+        if not self._sync_this_backward:
+            return
+        if not self._finish_queued:
+            # Run `_finish` once autograd has finished the whole backward pass.
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+            self._finish_queued = True
+        self._seen.add(param)
+        bucket = self.bucket_of[param]
+        bucket.ready += 1
+        # Launch every complete bucket, in bucket order: all ranks must issue
+        # their collectives in the same order, or they would pair up wrongly.
+        while self._next_bucket < len(self.buckets) and self.buckets[self._next_bucket].full:
+            self._launch(self.buckets[self._next_bucket])
+            self._next_bucket += 1
+
+    def _launch(self, bucket: Bucket) -> None:
+        """Start the all-reduce of one bucket without waiting for it."""
+        # Dividing first keeps the sum in range; the sum of the quotients is the mean.
+        bucket.flat = torch.cat([p.grad.reshape(-1) for p in bucket.params]).div_(self.world_size)
+        with self._on_comm_stream():
+            # A phase mark (a no-op unless a recorder listens) that stays open until
+            # the all-reduce is done: at once on GPUs (on the side stream), at the
+            # end of backward on the CPU, where gloo can only be waited for.
+            bucket.timing = phase(f"all-reduce {bucket.index}", self.device)
+            bucket.timing.__enter__()
+            bucket.work = dist.all_reduce(bucket.flat, group=self.group, async_op=True)
+            if self._comm_stream is not None:
+                self._wait(bucket)  # NCCL: the side stream waits, the host goes on
+
+    def _finish(self) -> None:
+        """End of backward: wait for every all-reduce and write the averages into ``.grad``."""
+        missing = [b for b in self.buckets[self._next_bucket :] if not b.full]
+        if missing:
+            no_grad = [
+                self.param_names[p] for b in missing for p in b.params if p not in self._seen
+            ]
+            self._reset()
+            raise RuntimeError(
+                "DistributedDataParallel: these parameters got no gradient in this backward "
+                f"pass: {', '.join(no_grad)}. Their bucket cannot be all-reduced, and the other "
+                "processes would wait for it forever. Use every parameter in forward, or "
+                "freeze the unused ones with requires_grad_(False) before wrapping the model "
+                "(torch.nn.parallel.DistributedDataParallel can also search for them with "
+                "find_unused_parameters=True)."
+            )
+        with self._on_comm_stream():
+            for bucket in self.buckets:
+                if not bucket.waited:
+                    self._wait(bucket)  # gloo: blocks until that bucket is summed
+        if self._comm_stream is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self._comm_stream)
+        with phase("unflatten", self.device):
+            for bucket in self.buckets:
+                grads = [p.grad for p in bucket.params]
+                pieces = bucket.flat.split([g.numel() for g in grads])
+                for grad, piece in zip(grads, pieces):
+                    grad.copy_(piece.view_as(grad))
+        self._reset()
+
+    def _wait(self, bucket: Bucket) -> None:
+        bucket.work.wait()
+        bucket.timing.__exit__(None, None, None)
+        bucket.waited = True
+
+    def _reset(self) -> None:
+        for bucket in self.buckets:
+            bucket.ready, bucket.flat, bucket.work, bucket.waited = 0, None, None, False
+            bucket.timing = None
+        self._next_bucket = 0
+        self._finish_queued = False
+        self._seen: set[nn.Parameter] = set()
+
+    def _on_comm_stream(self) -> Any:
+        if self._comm_stream is None:
+            return nullcontext()
+        self._comm_stream.wait_stream(torch.cuda.current_stream(self.device))
+        return torch.cuda.stream(self._comm_stream)
+
+
+# [ddp]
+
+
+def _check_device(
+    module: nn.Module,
+    device_ids: Sequence[int | torch.device] | None,
+    output_device: int | torch.device | None,
+) -> torch.device:
+    """The one device this process's module lives on, or a clear error."""
+    devices = {t.device for t in [*module.parameters(), *module.buffers()]}
+    if len(devices) != 1:
+        where = ", ".join(sorted(map(str, devices))) or "nowhere (no parameters)"
+        raise ValueError(
+            f"DistributedDataParallel drives one device per process, but the module's "
+            f"parameters and buffers are on: {where}. Move the whole module to this "
+            f"process's device first, e.g. module.to(f'cuda:{{rank}}')."
+        )
+    device = devices.pop()
+    if device.type == "cpu":
+        if device_ids is not None or output_device is not None:
+            raise ValueError(
+                "device_ids and output_device must be None for a module on the CPU; "
+                f"got device_ids={device_ids!r}, output_device={output_device!r}."
+            )
+        if dist.get_backend() == "nccl":
+            raise ValueError(
+                "The process group uses NCCL, which moves only CUDA tensors, but the module is "
+                "on the CPU: move it to this process's GPU, or use the gloo backend."
+            )
+        return device
+    if device.type == "cuda" and device.index != torch.cuda.current_device():
+        raise ValueError(
+            f"The module is on {device}, but this process's current GPU is "
+            f"cuda:{torch.cuda.current_device()}, where NCCL runs its collectives. Give each "
+            "process its own GPU: torch.cuda.set_device(rank), then module.to(rank)."
+        )
+    if device_ids is not None:
+        wanted = [torch.device(device.type, d) if isinstance(d, int) else d for d in device_ids]
+        if len(wanted) != 1 or torch.device(wanted[0]) != device:
+            raise ValueError(
+                f"device_ids must name the one device the module is on ([{device.index}]), "
+                f"got {list(device_ids)!r}: one process drives one device. Move the module "
+                f"with module.to(device) or pass device_ids=[{device.index}]."
+            )
+    return device

@@ -1,0 +1,244 @@
+"""Per-rank work that shows `learn_parallel.DistributedDataParallel` is right (tests, chapter).
+
+Each ``*_worker`` runs inside one process of `learn_parallel.lab.processes.run_ranks`
+and returns plain tensors; the caller compares them with `reference_training`,
+the same training done in one process. Everything is float64 by default, so
+"equal" means equal to about 1e-12, not "close in float32".
+
+What "the same training" means with uneven shares: every rank's loss is the
+mean over *its own* rows, and DDP averages the ranks' gradients. That is the
+gradient of the mean of the per-rank mean losses; it equals the gradient of
+the global mean loss only when every rank has the same number of rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn import functional as F
+
+from learn_parallel.distributed import DistributedDataParallel, ring_all_reduce
+from learn_parallel.lab.processes import rank_device
+
+IN, HIDDEN, OUT = 8, 16, 4
+LR = 0.1
+
+
+def tiny_model(seed: int = 0, dtype: torch.dtype = torch.float64) -> nn.Module:
+    """A three-layer MLP, small enough to train in many processes on two CPU cores."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Linear(IN, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, HIDDEN), nn.Tanh(),
+        nn.Linear(HIDDEN, OUT),
+    ).to(dtype)  # fmt: skip
+
+
+def step_batches(
+    rows: Sequence[int], step: int, seed: int = 0, dtype: torch.dtype = torch.float64
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Step ``step``'s data, cut into one (x, y) share per rank with ``rows[r]`` rows each."""
+    generator = torch.Generator().manual_seed(1000 * seed + step)
+    x = torch.randn(sum(rows), IN, generator=generator, dtype=dtype)
+    y = torch.randn(sum(rows), OUT, generator=generator, dtype=dtype)
+    return list(zip(x.split(list(rows)), y.split(list(rows))))
+
+
+def _snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().cpu().clone() for n, p in module.named_parameters()}
+
+
+def _grads(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.grad.detach().cpu().clone() for n, p in module.named_parameters()}
+
+
+def reference_training(
+    rows: Sequence[int], steps: int = 3, seed: int = 0, per_rank_mean: bool = True
+) -> dict[str, Any]:
+    """One process, no DDP: what every rank should see. Returns outputs, grads, params per step.
+
+    ``per_rank_mean``: the loss is the mean over ranks of each rank's mean loss
+    (what DDP computes); False: the plain mean over every row of the step.
+    """
+    model = tiny_model(seed)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    record: dict[str, list] = {"outputs": [], "grads": [], "params": []}
+    for step in range(steps):
+        shares = step_batches(rows, step, seed)
+        outputs = [model(x) for x, _ in shares]
+        if per_rank_mean:
+            loss = sum(F.mse_loss(o, y) for o, (_, y) in zip(outputs, shares)) / len(shares)
+        else:
+            loss = F.mse_loss(torch.cat(outputs), torch.cat([y for _, y in shares]))
+        loss.backward()
+        record["outputs"].append([o.detach().clone() for o in outputs])
+        record["grads"].append(_grads(model))
+        optimizer.step()
+        optimizer.zero_grad()
+        record["params"].append(_snapshot(model))
+    return record
+
+
+def train_worker(
+    rank: int, world: int, rows: Sequence[int], steps: int = 3, seed: int = 0,
+    bucket_cap_mb: float = 0.001,
+) -> dict[str, Any]:  # fmt: skip
+    """Train ``steps`` steps with our DDP on this rank's share; return what it saw.
+
+    The default bucket cap (about 1 KB) makes several buckets even for this
+    tiny model, so bucketing is really exercised.
+    """
+    device = rank_device(dist.get_backend(), rank)
+    # Every rank seeds differently: the broadcast at wrap time must fix that.
+    model = tiny_model(seed + rank).to(device)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=LR)
+    record: dict[str, Any] = {"outputs": [], "grads": [], "params": [], "buckets": 0}
+    record["buckets"] = len(ddp.buckets)
+    for step in range(steps):
+        x, y = (t.to(device) for t in step_batches(rows, step, seed)[rank])
+        out = ddp(x)
+        F.mse_loss(out, y).backward()
+        record["outputs"].append(out.detach().cpu().clone())
+        record["grads"].append(_grads(model))
+        optimizer.step()
+        optimizer.zero_grad()
+        record["params"].append(_snapshot(model))
+    return record
+
+
+def no_sync_worker(rank: int, world: int, micro: int = 3, rows: int = 4, seed: int = 0) -> dict:
+    """``micro`` micro-batches per rank, the first ``micro - 1`` under ``no_sync``, one step.
+
+    Returns the local gradients after the first micro-batch (no communication:
+    they must be this rank's own) and the gradients and parameters after the step.
+    """
+    device = rank_device(dist.get_backend(), rank)
+    model = tiny_model(seed).to(device)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=0.001)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=LR)
+    shares = step_batches([rows] * (world * micro), 0, seed)
+    mine = [shares[rank * micro + k] for k in range(micro)]
+    result: dict[str, Any] = {}
+    for k, (x, y) in enumerate(mine):
+        x, y = x.to(device), y.to(device)
+        if k < micro - 1:
+            with ddp.no_sync():
+                (F.mse_loss(ddp(x), y) / micro).backward()
+            if k == 0:
+                result["first_local_grads"] = _grads(model)
+        else:
+            (F.mse_loss(ddp(x), y) / micro).backward()
+    result["grads"] = _grads(model)
+    optimizer.step()
+    result["params"] = _snapshot(model)
+    return result
+
+
+def ring_worker(rank: int, world: int, numel: int = 10, seed: int = 0) -> dict[str, Any]:
+    """Our ring all-reduce and ``dist.all_reduce`` on the same per-rank tensors."""
+    device = rank_device(dist.get_backend(), rank)
+    generator = torch.Generator().manual_seed(seed + rank)
+    mine = torch.randn(numel, dtype=torch.float64, generator=generator).to(device)
+    ours, theirs = mine.clone(), mine.clone()
+    ring_all_reduce(ours)
+    dist.all_reduce(theirs)
+    return {"input": mine.cpu(), "ring": ours.cpu(), "all_reduce": theirs.cpu()}
+
+
+class _WithUnused(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.used = nn.Linear(4, 4).double()
+        self.unused = nn.Linear(4, 4).double()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.used(x)
+
+
+def errors_worker(rank: int, world: int) -> dict[str, str]:
+    """The messages of what our DDP refuses, raised the same way on every rank."""
+    device = rank_device(dist.get_backend(), rank)
+    messages: dict[str, str] = {}
+    ddp = DistributedDataParallel(_WithUnused().to(device))
+    try:
+        ddp(torch.randn(2, 4, dtype=torch.float64, device=device)).sum().backward()
+        messages["unused"] = ""
+    except RuntimeError as error:
+        messages["unused"] = str(error)
+    wrong = 1 - device.index if device.type == "cuda" else 0
+    refused = {
+        "device_ids": lambda: DistributedDataParallel(tiny_model().to(device), device_ids=[wrong]),
+        "frozen": lambda: DistributedDataParallel(tiny_model().requires_grad_(False).to(device)),
+    }
+    if device.type == "cuda":  # NCCL cannot all-reduce a CPU module's gradients
+        refused["cpu_module"] = lambda: DistributedDataParallel(tiny_model())
+        other = torch.device("cuda", 1 - device.index)
+        refused["other_gpu"] = lambda: DistributedDataParallel(tiny_model().to(other))
+    for key, call in refused.items():
+        try:
+            call()
+            messages[key] = ""
+        except ValueError as error:
+            messages[key] = str(error)
+    dist.barrier()
+    return messages
+
+
+def torch_agreement_worker(rank: int, world: int, steps: int = 3, seed: int = 0) -> dict:
+    """Our DDP and torch's on the same float32 models and data: gradients and parameters.
+
+    Two models: the benchmark's MLP (small) and its small CNN (BatchNorm buffers
+    included, so broadcast_buffers is exercised too).
+    """
+    from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
+
+    device = rank_device(dist.get_backend(), rank)
+    workloads = {
+        "mlp": Workload("mlp", batch=64, width=128, layers=3),
+        "cnn": Workload("conv", batch=16, image_size=16, model="small_cnn", classes=10),
+    }
+    result: dict[str, Any] = {}
+    for key, workload in workloads.items():
+        x, y = make_batch(workload, workload.batch // world, device, seed=seed + rank)
+        for impl in ("ours", "torch"):
+            model = build_model(workload, seed).to(device)
+            if impl == "ours":
+                wrapped: nn.Module = DistributedDataParallel(model, bucket_cap_mb=0.05)
+            else:
+                ids = [device.index] if device.type == "cuda" else None
+                wrapped = torch.nn.parallel.DistributedDataParallel(
+                    model, device_ids=ids, bucket_cap_mb=0.05
+                )
+            optimizer = torch.optim.SGD(wrapped.parameters(), lr=0.05)
+            grads, outputs = [], []
+            for _ in range(steps):
+                out = wrapped(x)
+                loss_function(workload, out, y).backward()
+                outputs.append(out.detach().cpu().clone())
+                grads.append(_grads(model))
+                optimizer.step()
+                optimizer.zero_grad()
+            result[f"{key}:{impl}"] = {
+                "outputs": outputs, "grads": grads, "params": _snapshot(model),
+                "buffers": {n: b.detach().cpu().clone() for n, b in model.named_buffers()},
+            }  # fmt: skip
+    return result
+
+
+def suite_worker(rank: int, world: int, tasks: Sequence[tuple[str, dict]]) -> dict[str, Any]:
+    """Several of the workers above in one process start (starting processes is slow)."""
+    workers = {
+        "train": train_worker,
+        "no_sync": no_sync_worker,
+        "ring": ring_worker,
+        "errors": errors_worker,
+        "torch": torch_agreement_worker,
+    }
+    return {
+        f"{name}:{i}": workers[name](rank, world, **kwargs)
+        for i, (name, kwargs) in enumerate(tasks)
+    }

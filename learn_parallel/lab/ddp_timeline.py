@@ -1,0 +1,517 @@
+"""Our DDP beside torch's DDP and our DataParallel: step times and per-rank timelines.
+
+``python -m learn_parallel.lab.ddp_timeline --out DIR`` measures, on this
+machine's first ``--world`` GPUs (NCCL) or in gloo processes on the CPU:
+
+* `learn_parallel.DistributedDataParallel` and `torch.nn.parallel.DistributedDataParallel`,
+  the same model, data and processes, one after the other (median of the timed
+  steps; a step is as slow as its slowest rank, so each step keeps the maximum
+  over ranks), with the peak memory each rank allocated;
+* `learn_parallel.DataParallel` on the same devices, in this process;
+* a timeline of a few more steps of each of ours: per rank forward, loss,
+  backward, every bucket's all-reduce, the final copy of the averaged
+  gradients and the optimizer step; and DataParallel's usual per-device phases.
+
+It writes ``DIR/distributed.json`` (plus PNG timelines). Clocks: on GPUs every
+mark is a CUDA event (the all-reduces on the side stream that runs them); on
+the CPU every mark is the host clock, which all processes of one machine share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import asdict
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from learn_parallel import phases
+from learn_parallel.data_parallel import DataParallel
+from learn_parallel.distributed import DEFAULT_BUCKET_CAP_MB, DistributedDataParallel
+from learn_parallel.lab.processes import NCCL_ENV, rank_device, run_ranks
+from learn_parallel.lab.timing import Hardware, PhaseRecord, Recorder, Timeline, phase
+from learn_parallel.lab.workloads import (
+    Workload,
+    build_model,
+    loss_function,
+    make_batch,
+    parameter_count,
+)
+
+SCHEMA = "learn_parallel.lab.ddp_timeline/1"
+RECORD_FILE = "distributed.json"
+IMPLEMENTATIONS = {
+    "ours": "learn_parallel.DistributedDataParallel",
+    "torch": "torch.nn.parallel.DistributedDataParallel",
+    "dp": "learn_parallel.DataParallel",
+}
+
+
+def share(batch: int, world: int, rank: int) -> int:
+    """This rank's rows of the global batch, split the way ``tensor.chunk`` would."""
+    size = -(-batch // world)
+    return max(0, min(size, batch - rank * size))
+
+
+# [rank-recorder]
+class RankRecorder:
+    """Listens to `learn_parallel.phases` marks inside one rank's process.
+
+    GPUs: each mark is a CUDA event on the stream current at that moment (the
+    all-reduces are marked on DDP's communication stream, so their bars show
+    when that stream ran them). CPU: the host clock. All times are turned into
+    milliseconds of ``time.perf_counter``, which every process of a machine
+    shares, so the ranks' rows line up.
+    """
+
+    def __init__(self, rank: int, device: torch.device) -> None:
+        self.rank, self.device, self.step = rank, device, 0
+        self._lock = threading.Lock()
+        self._marks: list[tuple[str, Any, Any, int]] = []
+        self._reference: tuple[float, Any] | None = None
+        if device.type == "cuda":
+            # With the GPU idle, an event completes as soon as it is recorded:
+            # "ms after it" plus its host time puts events on the host clock.
+            torch.cuda.synchronize(device)
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            torch.cuda.synchronize(device)
+            self._reference = (time.perf_counter(), event)
+
+    def _mark(self) -> Any:
+        if self.device.type == "cuda":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(torch.cuda.current_stream(self.device))
+            return event
+        return time.perf_counter()
+
+    @contextmanager
+    def phase(self, name: str, device: Any = None) -> Iterator[None]:
+        start, step = self._mark(), self.step
+        try:
+            yield
+        finally:
+            end = self._mark()
+            with self._lock:
+                self._marks.append((name, start, end, step))
+
+    def __enter__(self) -> RankRecorder:
+        self._previous = phases.set_listener(self.phase)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        phases.set_listener(self._previous)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every phase as a `PhaseRecord` dict, in host-clock ms; waits for the GPU once."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        rows = []
+        for name, start, end, step in self._marks:
+            row = f"rank:{self.rank}"
+            rows.append(asdict(PhaseRecord(row, name, self._ms(start), self._ms(end), step)))
+        return rows
+
+    def _ms(self, mark: Any) -> float:
+        if self._reference is None:
+            return mark * 1e3
+        host_s, event = self._reference
+        return host_s * 1e3 + event.elapsed_time(mark)
+
+
+# [rank-recorder]
+
+
+def _train_step(model: Any, x: torch.Tensor, y: torch.Tensor, workload: Workload, opt: Any) -> None:
+    output = model(x)
+    with phase("loss"):
+        loss = loss_function(workload, output, y)
+    with phase("backward"):
+        loss.backward()
+    with phase("optimizer"):
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(step: Any, device: torch.device, warmup: int, steps: int) -> list[float]:
+    """Per-step wall times (ms) of this rank, then the slowest rank's time per step."""
+    for _ in range(warmup):
+        step()
+    _sync(device)
+    dist.barrier()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        _sync(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    slowest = torch.tensor(times, dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return slowest.cpu().tolist()
+
+
+def bench_worker(rank: int, world: int, config: dict[str, Any]) -> dict[str, Any]:
+    """One rank: time our DDP and torch's on every workload, then record our DDP's timeline."""
+    device = rank_device(dist.get_backend(), rank)
+    torch.backends.cudnn.benchmark = False
+    out: dict[str, Any] = {"workloads": {}}
+    for key, fields in config["workloads"].items():
+        workload = Workload(**fields)
+        rows = share(workload.batch, world, rank)
+        x, y = make_batch(workload, rows, device, seed=config["seed"] + rank)
+        entry: dict[str, Any] = {}
+        for impl in ("ours", "torch"):
+            model = build_model(workload, config["seed"]).to(device)
+            if impl == "ours":
+                wrapped = DistributedDataParallel(model, bucket_cap_mb=config["bucket_cap_mb"])
+                buckets = len(wrapped.buckets)
+            else:
+                ids = [device.index] if device.type == "cuda" else None
+                wrapped = torch.nn.parallel.DistributedDataParallel(
+                    model, device_ids=ids, bucket_cap_mb=config["bucket_cap_mb"]
+                )
+            opt = torch.optim.SGD(wrapped.parameters(), lr=config["lr"])
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+
+            def step(wrapped: Any = wrapped, opt: Any = opt, batch: tuple = (x, y),
+                     workload: Workload = workload) -> None:  # fmt: skip
+                _train_step(wrapped, *batch, workload, opt)
+
+            times = _timed(step, device, config["warmup"], config["steps"])
+            entry[impl] = {"step_ms_all": times, "step_ms": statistics.median(times)}
+            if device.type == "cuda":
+                entry[impl]["peak_memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+            if impl == "ours" and config["timeline_steps"] > 0:
+                _sync(device)
+                dist.barrier()
+                with RankRecorder(rank, device) as recorder:
+                    for number in range(config["timeline_steps"]):
+                        recorder.step = number
+                        with phase("step"):
+                            step()
+                entry["timeline"] = recorder.records()
+                entry["buckets"] = buckets
+            del wrapped, opt, model, step
+            gc.collect()  # our DDP's hooks hold the model in a cycle: free it before the next
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        out["workloads"][key] = entry
+    out["device_name"] = (
+        torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU process"
+    )
+    return out
+
+
+def dp_run(workload: Workload, world: int, config: dict[str, Any]) -> dict[str, Any]:
+    """learn_parallel.DataParallel on ``world`` devices in this process: times and a timeline."""
+    torch.backends.cudnn.benchmark = False
+    dp = DataParallel(build_model(workload, config["seed"]).to(_source()), list(range(world)))
+    opt = torch.optim.SGD(dp.parameters(), lr=config["lr"])
+    x, y = make_batch(workload, workload.batch, _source(), seed=config["seed"])
+
+    def sync() -> None:
+        for d in dp.devices:
+            if d.type == "cuda":
+                torch.cuda.synchronize(d.index)
+
+    for _ in range(config["warmup"]):
+        _train_step(dp, x, y, workload, opt)
+    times = []
+    for _ in range(config["steps"]):
+        sync()
+        start = time.perf_counter()
+        _train_step(dp, x, y, workload, opt)
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    result: dict[str, Any] = {"step_ms_all": times, "step_ms": statistics.median(times)}
+    if config["timeline_steps"] > 0:
+        with Recorder(devices=dp.devices) as recorder:
+            for _ in recorder.steps(config["timeline_steps"]):
+                _train_step(dp, x, y, workload, opt)
+        result["timeline"] = recorder.timeline().to_dict()
+    return result
+
+
+def _source() -> torch.device:
+    from learn_parallel.devices import device_type
+
+    return torch.device("cuda", 0) if device_type() == "cuda" else torch.device("cpu")
+
+
+# [compare]
+def compare(
+    workloads: dict[str, Workload],
+    world: int = 2,
+    warmup: int = 5,
+    steps: int = 20,
+    timeline_steps: int = 3,
+    bucket_cap_mb: float = DEFAULT_BUCKET_CAP_MB,
+    with_dp: bool = True,
+    seed: int = 0,
+    timeout_s: float = 200.0,
+) -> dict[str, Any]:
+    """Our DDP, torch's DDP (``world`` processes) and our DataParallel, on every workload."""
+    on_gpus = torch.cuda.is_available() and os.environ.get("LEARN_PARALLEL_SIMULATE") != "1"
+    backend = "nccl" if on_gpus else "gloo"
+    config = {
+        "workloads": {k: w.to_dict() for k, w in workloads.items()},
+        "warmup": warmup, "steps": steps, "timeline_steps": timeline_steps,
+        "bucket_cap_mb": bucket_cap_mb, "lr": 0.01, "seed": seed,
+    }  # fmt: skip
+    for name, value in NCCL_ENV.items():
+        os.environ.setdefault(name, value)
+    started = time.perf_counter()
+    ranks, start_times = run_ranks(
+        bench_worker, world, args=(config,), backend=backend, timeout_s=timeout_s,
+        with_times=True,
+    )  # fmt: skip
+    processes_s = time.perf_counter() - started
+    names = [r["device_name"] for r in ranks]
+    hardware = Hardware(
+        "cuda" if on_gpus else "cpu", world, names, torch.__version__, torch.version.cuda
+    )
+    report: dict[str, Any] = {
+        "schema": SCHEMA,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "backend": backend,
+        "world": world,
+        "hardware": asdict(hardware),
+        "label": label(hardware),
+        "settings": {k: v for k, v in config.items() if k != "workloads"},
+        "process_start": {"ranks_s": start_times, "run_ranks_s": processes_s},
+        "workloads": {},
+    }
+    for key, workload in workloads.items():
+        first = ranks[0]["workloads"][key]
+        entry: dict[str, Any] = {
+            "title": workload.describe(),
+            "parameters": parameter_count(build_model(workload, seed)),
+            "buckets": first.get("buckets"),
+            "results": {},
+        }
+        for impl in ("ours", "torch"):
+            entry["results"][impl] = dict(first[impl])
+            if "peak_memory_mb" in first[impl]:
+                entry["results"][impl]["peak_memory_mb_per_rank"] = [
+                    r["workloads"][key][impl]["peak_memory_mb"] for r in ranks
+                ]
+        if timeline_steps > 0:
+            records = [rec for r in ranks for rec in r["workloads"][key]["timeline"]]
+            clock = "cuda-event" if on_gpus else "host"
+            rows = sorted({rec["device"] for rec in records})
+            entry["ddp_timeline"] = {
+                "hardware": asdict(hardware), "records": records,
+                "clocks": dict.fromkeys(rows, clock),
+            }  # fmt: skip
+        if with_dp:
+            dp = dp_run(workload, world, config)
+            entry["results"]["dp"] = {k: v for k, v in dp.items() if k != "timeline"}
+            if "timeline" in dp:
+                entry["dp_timeline"] = dp["timeline"]
+        ours, theirs = entry["results"]["ours"]["step_ms"], entry["results"]["torch"]["step_ms"]
+        entry["ours_over_torch"] = ours / theirs
+        report["workloads"][key] = entry
+    return report
+
+
+# [compare]
+
+
+def label(hardware: Hardware) -> str:
+    """``"2 x NVIDIA H200 (NCCL)"`` or ``"2 gloo processes on 2 CPU cores"``."""
+    if hardware.device_type == "cuda":
+        return f"{hardware.label()} (NCCL, one process per GPU)"
+    n = hardware.device_count
+    return f"{n} gloo processes on {hardware.cpu_count} CPU cores"
+
+
+def ddp_timeline(report: dict[str, Any], key: str) -> Timeline:
+    return Timeline.from_dict(report["workloads"][key]["ddp_timeline"])
+
+
+def dp_timeline(report: dict[str, Any], key: str) -> Timeline:
+    return Timeline.from_dict(report["workloads"][key]["dp_timeline"])
+
+
+# [plot]
+def plot_ranks(timeline: Timeline, step: int | None = None, title: str = "", ax: Any = None) -> Any:
+    """One step of DDP: per rank a compute lane and an all-reduce lane, bars per phase."""
+    import matplotlib.pyplot as plt
+
+    from learn_parallel.lab.plots import PHASE_COLORS
+
+    colors = {**PHASE_COLORS, "all-reduce": "#E17C05", "unflatten": "#7F7F7F"}
+    step = timeline.steps()[-1] if step is None else step
+    records = [r for r in timeline.records if r.step == step and r.phase != "step"]
+    if not records:
+        raise ValueError(f"No records for step {step}; recorded steps: {timeline.steps()}.")
+    origin = min(r.start_ms for r in records)
+    ranks = sorted({r.device for r in records}, key=lambda row: int(row.split(":")[1]))
+    lanes = [(rank, lane) for rank in ranks for lane in ("compute", "all-reduce")]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * len(lanes)), layout="constrained")
+    for y, (rank, lane) in enumerate(lanes):
+        for r in records:
+            comm = r.phase.startswith("all-reduce")
+            if r.device != rank or comm != (lane == "all-reduce"):
+                continue
+            kind = "all-reduce" if comm else r.phase
+            # Backward spans the unflatten at its end: draw it underneath.
+            ax.barh(y, r.duration_ms, left=r.start_ms - origin, height=0.6, color=colors.get(kind),
+                    edgecolor="white" if comm else None, linewidth=0.8,
+                    zorder=1 if kind == "backward" else 2)  # fmt: skip
+    ax.set_yticks(range(len(lanes)), [f"{rank} {lane}" for rank, lane in lanes])
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the step began (ms)")
+    ax.grid(axis="x", alpha=0.3)
+    shown = []
+    for r in records:
+        kind = "all-reduce" if r.phase.startswith("all-reduce") else r.phase
+        if kind not in shown:
+            shown.append(kind)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors.get(k)) for k in shown]
+    ax.legend(handles, shown, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    clock = (
+        "CUDA events (all-reduce: on DDP's communication stream)"
+        if timeline.hardware.device_type == "cuda"
+        else "host clock, shared by the processes"
+    )
+    ax.set_title(
+        f"{title or 'learn_parallel.DistributedDataParallel, one step per rank'}\n"
+        f"{label(timeline.hardware)}; {clock}",
+        fontsize=10,
+    )
+    return ax.figure
+
+
+def plot_side_by_side(report: dict[str, Any], key: str, where: str = "") -> Any:
+    """DataParallel's timeline of a step above DDP's, on one time axis."""
+    import matplotlib.pyplot as plt
+
+    from learn_parallel.lab.plots import plot_timeline
+
+    dp, ddp = dp_timeline(report, key), ddp_timeline(report, key)
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(10, 7.5), layout="constrained", sharex=True,
+        height_ratios=[1 + len(dp.devices()), 2 * ddp.hardware.device_count],
+    )  # fmt: skip
+    title = report["workloads"][key]["title"]
+    plot_timeline(dp, title=f"learn_parallel.DataParallel: {title}", ax=top)
+    top.set_xlabel("")
+    plot_ranks(ddp, title=f"learn_parallel.DistributedDataParallel: {title}", ax=bottom)
+    if where:
+        fig.suptitle(where, fontsize=10)
+    return fig
+
+
+# [plot]
+
+
+def step_table(report: dict[str, Any]) -> str:
+    """Median step time per implementation and workload, and our DDP over torch's."""
+    lines = [f"{report['label']}, median of {report['settings']['steps']} steps"]
+    for entry in report["workloads"].values():
+        lines.append(f"\n{entry['title']} ({entry['parameters'] / 1e6:.1f} M parameters)")
+        for impl, name in IMPLEMENTATIONS.items():
+            result = entry["results"].get(impl)
+            if result is not None:
+                lines.append(f"  {name:<44}{result['step_ms']:>9.2f} ms")
+        lines.append(f"  our DDP / torch's DDP: {entry['ours_over_torch']:.2f}")
+    return "\n".join(lines)
+
+
+# [recorded]
+def load_recorded_distributed(machine: str = "h200-x2") -> dict[str, Any] | None:
+    """The comparison recorded on ``machine``, or None (with one line saying so)."""
+    candidates: list[Any] = []
+    with suppress(ModuleNotFoundError, TypeError):
+        candidates.append(resources.files("learn_parallel.lab") / "recorded" / machine)
+    root = Path(__file__).resolve().parents[2]
+    candidates += [Path.cwd() / "data" / machine, root / "book" / "data" / machine]
+    for folder in candidates:
+        path = folder / RECORD_FILE
+        if path.is_file():
+            return json.loads(path.read_text())
+    print(
+        f"No recorded {machine} run of {RECORD_FILE} in this copy of learn_parallel yet: "
+        "the recorded plots are skipped, the live ones below still run."
+    )
+    return None
+
+
+# [recorded]
+
+
+def default_workloads(quick: bool = False) -> dict[str, Workload]:
+    """ResNet-18 (or the small CNN without torchvision) and the MLP of the main benchmark."""
+    if quick or not torch.cuda.is_available():
+        return {
+            "mlp": Workload("mlp", batch=128, width=256, layers=4),
+            "conv": Workload("conv", batch=16, image_size=32, model="small_cnn", classes=10),
+        }
+    return {
+        "mlp": Workload("mlp", batch=4096, width=2048, layers=4),
+        "conv": Workload("conv", batch=512, image_size=128).resolved(),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m learn_parallel.lab.ddp_timeline",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", type=Path, required=True, help=f"folder for {RECORD_FILE}")
+    parser.add_argument("--world", type=int, default=2, help="processes (GPUs); default 2")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20, help="timed steps (median reported)")
+    parser.add_argument("--timeline-steps", type=int, default=3)
+    parser.add_argument("--bucket-cap-mb", type=float, default=DEFAULT_BUCKET_CAP_MB)
+    parser.add_argument("--quick", action="store_true", help="small models (CPU, tests)")
+    parser.add_argument("--timeout", type=float, default=200.0, help="seconds for the ranks")
+    args = parser.parse_args(argv)
+    report = compare(
+        default_workloads(args.quick), args.world, args.warmup, args.steps, args.timeline_steps,
+        args.bucket_cap_mb, timeout_s=args.timeout,
+    )  # fmt: skip
+    report["command"] = "python -m learn_parallel.lab.ddp_timeline " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / RECORD_FILE).write_text(json.dumps(report, indent=1) + "\n")
+    print(step_table(report))
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        for key in report["workloads"]:
+            if "dp_timeline" in report["workloads"][key]:
+                fig = plot_side_by_side(report, key)
+                fig.savefig(args.out / f"ddp-{key}-timeline.png", dpi=110)
+    except Exception as error:  # noqa: BLE001 - the JSON is what matters; say why no plot
+        print(f"plots skipped: {type(error).__name__}: {error}")
+    print(f"wrote {args.out / RECORD_FILE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

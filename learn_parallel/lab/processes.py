@@ -1,0 +1,177 @@
+"""Start one process per rank on this machine, with timeouts everywhere, and collect results.
+
+`run_ranks(fn, world_size)` spawns ``world_size`` fresh Python processes
+(``torch.multiprocessing``, start method "spawn"), joins them into one
+``torch.distributed`` process group over 127.0.0.1 (gloo on the CPU, NCCL on
+GPUs), calls ``fn(rank, world_size, *args)`` in each and returns the values
+they returned, in rank order. ``fn`` must be importable (defined in a module,
+not in a notebook cell): spawned processes find it by its module and name.
+
+Nothing hangs: the process group has a timeout (a rank left waiting in a
+collective gets an error), the parent waits at most ``timeout_s`` in all, and
+when one rank fails the others are terminated and its traceback is raised.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+# NVLink SHARP / multicast stays off wherever NCCL runs (the lent GPU machines lack it).
+NCCL_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_device(backend: str, rank: int) -> torch.device:
+    """Where rank ``rank`` works: GPU ``rank`` with NCCL, the CPU with gloo."""
+    return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+
+
+def _entry(
+    rank: int,
+    fn: Callable[..., Any],
+    world_size: int,
+    port: int,
+    backend: str,
+    group_timeout_s: float,
+    args: tuple,
+    folder: str,
+    threads: int,
+) -> None:
+    """What each spawned process runs: join the group, call ``fn``, save its result."""
+    started = time.time()
+    for name, value in NCCL_ENV.items():
+        os.environ.setdefault(name, value)
+    torch.set_num_threads(threads)
+    result_path = Path(folder) / f"rank{rank}.pt"
+    try:
+        device = rank_device(backend, rank)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=group_timeout_s),
+            device_id=device if device.type == "cuda" else None,
+        )
+        joined = time.time()
+        value = fn(rank, world_size, *args)
+        torch.save({"ok": True, "value": value, "started": started, "joined": joined}, result_path)
+    except BaseException:
+        failed = {"ok": False, "error": traceback.format_exc(), "failed_at": time.time()}
+        torch.save(failed, result_path)
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class RankFailed(RuntimeError):
+    """A rank raised, timed out or died; the message carries its traceback."""
+
+
+def run_ranks(
+    fn: Callable[..., Any],
+    world_size: int,
+    args: Sequence[Any] = (),
+    backend: str = "gloo",
+    timeout_s: float = 120.0,
+    group_timeout_s: float = 60.0,
+    threads: int | None = None,
+    with_times: bool = False,
+) -> list[Any]:
+    """``[fn(0, world_size, *args), fn(1, ...), ...]``, each computed in its own process.
+
+    ``timeout_s`` bounds the whole run; ``group_timeout_s`` bounds any one
+    collective. ``threads``: torch's CPU threads per process (default: the
+    cores shared out). ``with_times``: return ``(values, times)`` where
+    ``times[r]`` holds the wall-clock seconds from the call until rank r had
+    started Python and until it had joined the process group.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be 1 or more, got {world_size}.")
+    if backend == "nccl" and torch.cuda.device_count() < world_size:
+        raise ValueError(
+            f"NCCL with {world_size} ranks needs {world_size} GPUs; "
+            f"{torch.cuda.device_count()} are visible."
+        )
+    threads = threads or max(1, (os.cpu_count() or 1) // world_size)
+    called = time.time()
+    with tempfile.TemporaryDirectory() as folder:
+        context = mp.start_processes(
+            _entry,
+            args=(fn, world_size, free_port(), backend, group_timeout_s, tuple(args), folder,
+                  threads),
+            nprocs=world_size,
+            join=False,
+            start_method="spawn",
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not context.join(timeout=0.5):
+                if time.monotonic() > deadline:
+                    raise RankFailed(
+                        f"{world_size} ranks did not finish within {timeout_s:.0f} s "
+                        "(timeout_s); they were stopped."
+                    )
+        except mp.ProcessRaisedException as error:
+            raise RankFailed(_failures(_all(folder, world_size)) or str(error)) from None
+        except mp.ProcessExitedException as error:
+            raise RankFailed(_failures(_all(folder, world_size)) or str(error)) from None
+        finally:
+            for process in context.processes:
+                if process.is_alive():
+                    process.kill()
+                    process.join(5)
+        results = _all(folder, world_size)
+    if any(not r["ok"] for r in results):
+        raise RankFailed(_failures(results))
+    values = [r["value"] for r in results]
+    if with_times:
+        times = [
+            {"started_s": r["started"] - called, "joined_s": r["joined"] - called} for r in results
+        ]
+        return values, times  # type: ignore[return-value]
+    return values
+
+
+def _load(folder: str, rank: int) -> dict[str, Any]:
+    path = Path(folder) / f"rank{rank}.pt"
+    if not path.exists():
+        return {"ok": False, "error": f"rank {rank} left no result"}
+    return torch.load(path, weights_only=False)
+
+
+def _all(folder: str, world_size: int) -> list[dict[str, Any]]:
+    return [_load(folder, rank) for rank in range(world_size)]
+
+
+def _failures(results: list[dict[str, Any]]) -> str:
+    """Every failed rank's traceback, the earliest failure (usually the cause) first."""
+    failed = [(r.get("failed_at", float("inf")), k, r) for k, r in enumerate(results)]
+    return "\n".join(
+        f"rank {rank} failed:\n{r['error']}" for _, rank, r in sorted(failed) if not r["ok"]
+    )

@@ -1,0 +1,46 @@
+"""The DDP record part (``python -m learn_parallel.lab.ddp_timeline``) works end to end on gloo.
+
+Tiny models and two steps: this checks the plumbing the 2 x H200 recording relies on (the
+JSON it writes, the per-rank timelines, the plots, reading the file back), not speed.
+"""
+
+from __future__ import annotations
+
+import json
+
+from learn_parallel.lab import ddp_timeline
+
+
+def test_record_part_writes_timelines_that_show_every_bucket(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "data" / "cpu-test"
+    argv = ["--out", str(out), "--quick", "--warmup", "1", "--steps", "2"]
+    argv += ["--timeline-steps", "2", "--bucket-cap-mb", "0.1"]
+    assert ddp_timeline.main(argv) == 0
+    report = json.loads((out / ddp_timeline.RECORD_FILE).read_text())
+    assert report["backend"] == "gloo" and report["world"] == 2
+    for key in ("mlp", "conv"):
+        entry = report["workloads"][key]
+        assert (out / f"ddp-{key}-timeline.png").stat().st_size > 0
+        for impl in ("ours", "torch", "dp"):
+            assert len(entry["results"][impl]["step_ms_all"]) == 2
+        assert entry["ours_over_torch"] > 0
+        timeline = ddp_timeline.ddp_timeline(report, key)
+        for rank in (0, 1):
+            last = [r for r in timeline.records if r.device == f"rank:{rank}" and r.step == 1]
+            names = {r.phase for r in last}
+            assert {"forward", "loss", "backward", "unflatten", "optimizer"} <= names
+            reduces = [r for r in last if r.phase.startswith("all-reduce")]
+            assert len(reduces) == entry["buckets"] > 1, "one all-reduce per bucket"
+            backward = next(r for r in last if r.phase == "backward")
+            # The first bucket is launched while backward is still running.
+            assert min(r.start_ms for r in reduces) < backward.end_ms
+        assert ddp_timeline.dp_timeline(report, key).records
+    monkeypatch.chdir(tmp_path)
+    assert ddp_timeline.load_recorded_distributed("cpu-test") == report
+
+
+def test_missing_recording_says_so_in_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert ddp_timeline.load_recorded_distributed("no-such-machine") is None
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == 1 and "No recorded no-such-machine run" in printed[0]
