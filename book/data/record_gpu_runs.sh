@@ -58,6 +58,7 @@ if [[ $parts == *" trace "* ]]; then
     --no-plots --no-progress --out "$work/trace" --trace "$work/trace/trace.json" 2>&1 \
     | grep -v '^USDT' | tee "$work/trace.log" | tail -15
   gzip -f "$work"/trace/trace-*.json 2>/dev/null  # ui.perfetto.dev opens .json.gz as well
+fi
 if [[ $parts == *" ddp "* ]]; then
   # learn_parallel.DistributedDataParallel vs torch's DDP vs learn_parallel.DataParallel on
   # 2 GPUs (ResNet-18 and the MLP), with per-rank timelines; plus its GPU tests.
