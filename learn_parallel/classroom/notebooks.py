@@ -74,3 +74,17 @@ def exercises(notebook: nbformat.NotebookNode) -> list[Exercise]:
 def setup_source(notebook: nbformat.NotebookNode) -> str:
     """The chapter's first code cell: the imports and devices every exercise may use."""
     return next(c.source for c in notebook.cells if c.cell_type == "code")
+
+
+def namespace(notebook: nbformat.NotebookNode) -> dict:
+    """A fresh namespace as the notebook's setup cell leaves it (its printing discarded),
+    with ``check`` imported, ready to run an exercise's cells in."""
+    import contextlib
+    import io
+
+    from learn_parallel.classroom import check
+
+    names: dict = {"__name__": "__exercise__", "check": check}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(setup_source(notebook), "<setup cell>", "exec"), names)
+    return names

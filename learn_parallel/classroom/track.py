@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,8 +92,8 @@ def stub_source(source: str, task: Task) -> str:
     while start > function.body[0].end_lineno and lines[start - 1].strip().startswith("#"):
         start -= 1
     end = body[-1].end_lineno
-    stub = (
-        f"{indent}# {task.name}: {task.hint}.\n"
+    hint = textwrap.wrap(f"{task.name}: {task.hint}.", 88 - len(indent))
+    stub = "".join(f"{indent}# {line}\n" for line in hint) + (
         f'{indent}raise NotImplementedError("{task.name}: write {task.qualname}")\n'
     )
     return "".join(lines[:start]) + stub + "".join(lines[end:])
