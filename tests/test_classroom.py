@@ -58,10 +58,32 @@ def test_handouts_keep_stubs_and_checks_and_drop_solutions(tmp_path):
 
 
 def test_handouts_for_a_classroom_repository(tmp_path):
-    make_handouts(BOOK, tmp_path)
-    assert (tmp_path / ".github" / "workflows" / "autograde.yml").exists()
+    import yaml
+
+    written = make_handouts(BOOK, tmp_path)
+    workflow = yaml.safe_load((tmp_path / ".github" / "workflows" / "autograde.yml").read_text())
+    steps = workflow["jobs"]["run-autograding-tests"]["steps"]
+    ids = [ex.id for path in written for ex in exercises(read(path))]
+    graders = [s for s in steps if s.get("uses", "").endswith("autograding-command-grader@v1")]
+    assert [s["id"] for s in graders] == ids
+    assert all(s["with"]["max-score"] == 1 for s in graders)
+    assert steps[-1]["with"]["runners"] == ",".join(ids)
     assert (tmp_path / "_package" / "learn_parallel" / "classroom" / "checks").is_dir()
     assert (tmp_path / "_package" / "pyproject.toml").exists()
+
+
+def test_result_command_reports_one_exercise(tmp_path, capsys):
+    from learn_parallel.classroom.__main__ import main
+    from learn_parallel.classroom.grade import Result, write_json
+
+    results = tmp_path / "results.json"
+    write_json([Result("a.ipynb", "scatter", "scatter-sizes", False, "wrong sizes")], results)
+    assert main(["result", str(results), "scatter-sizes"]) == 1
+    assert "FAILED wrong sizes" in capsys.readouterr().out
+    assert main(["result", str(results), "scatter-dict"]) == 1
+    with pytest.raises(SystemExit, match="2"):
+        main(["grade", str(tmp_path / "missing")])
+    assert "does not exist" in capsys.readouterr().err
 
 
 def _wrong_answers(chapter: str) -> dict:

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from learn_parallel.classroom import check
 from learn_parallel.classroom import exercises as registered_exercises
-from learn_parallel.classroom.notebooks import exercises, read, setup_source
+from learn_parallel.classroom.notebooks import exercises, namespace, read
+from learn_parallel.devices import device_count, device_type
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -31,11 +31,8 @@ def _chapters() -> list[Path]:
 
 
 @cache
-def _setup_namespace(chapter: str) -> dict:
-    namespace: dict = {"__name__": f"exercise_{chapter}"}
-    with contextlib.redirect_stdout(io.StringIO()):
-        exec(compile(setup_source(read(BOOK / f"{chapter}.ipynb")), chapter, "exec"), namespace)
-    return namespace
+def _setup_namespace(chapter: str, kind: str) -> dict:
+    return namespace(read(BOOK / f"{chapter}.ipynb"))
 
 
 def _wrong_answers(chapter: str) -> dict[str, dict[str, str]]:
@@ -55,28 +52,40 @@ def _cases() -> list:
         for ex in exercises(read(path)):
             cases.append(pytest.param(path.stem, ex, "stub", None, id=f"{ex.id}-stub"))
             cases.append(pytest.param(path.stem, ex, "solution", None, id=f"{ex.id}-solution"))
-            for label, source in wrong.get(ex.id, {}).items():
-                cases.append(pytest.param(path.stem, ex, "wrong", source, id=f"{ex.id}-{label}"))
+            for label, answer in wrong.get(ex.id, {}).items():
+                cases.append(pytest.param(path.stem, ex, "wrong", answer, id=f"{ex.id}-{label}"))
     return cases
 
 
 def _run(chapter: str, cells: list[str]) -> str:
-    namespace = dict(_setup_namespace(chapter))
-    namespace["check"] = check  # imported by the check cell, which runs before the solution
+    names = dict(
+        _setup_namespace(chapter, device_type())
+    )  # `check` included, as after the check cell
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         for source in cells:
-            exec(compile(source, f"<{chapter} exercise cell>", "exec"), namespace)
+            exec(compile(source, f"<{chapter} exercise cell>", "exec"), names)
     return out.getvalue()
 
 
 @pytest.mark.parametrize(("chapter", "ex", "kind", "wrong_source"), _cases())
 def test_check(chapter, ex, kind, wrong_source):
+    run_case(chapter, ex, kind, wrong_source)
+
+
+def run_case(chapter, ex, kind, wrong_source):
+    """Stub and wrong answers fail the check with its message; the solution passes."""
     if kind == "solution":
         # The solution cell ends with the check; run the check cell once more, too.
         printed = _run(chapter, [*ex.stubs, *ex.solutions, ex.check])
         assert printed.count(f"check passed: {ex.id}") == 2, printed
         return
+    if isinstance(wrong_source, dict):  # wrong only where there are enough devices
+        if device_count() < wrong_source["min_devices"]:
+            pytest.skip(
+                f"right on {device_count()} devices; wrong from {wrong_source['min_devices']}"
+            )
+        wrong_source = wrong_source["source"]
     answer = ex.stubs if kind == "stub" else [wrong_source]
     with pytest.raises(AssertionError, match=f"^{ex.id}: ") as failure:
         _run(chapter, [*answer, ex.check])

@@ -99,7 +99,7 @@ def forbid(*targets: Any) -> Iterator[None]:
 
     A target is a Python function or method (its code is swapped, so every alias
     of it, ``from learn_parallel import scatter`` included, is caught), a class
-    (its ``forward`` and ``apply`` are forbidden), or an ``(owner, "name")`` pair
+    (its own ``forward``, ``apply`` and ``__call__`` are forbidden), or an ``(owner, "name")`` pair
     for a builtin such as ``(torch, "chunk")``. After the block, a forbidden call
     that the answer swallowed still fails the check.
     """
@@ -108,7 +108,8 @@ def forbid(*targets: Any) -> Iterator[None]:
     expanded: list[Any] = []
     for target in targets:
         if isinstance(target, type):
-            expanded += [(target, attr) for attr in ("forward", "apply") if attr in vars(target)]
+            methods = ("forward", "apply", "__call__")
+            expanded += [(target, attr) for attr in methods if attr in vars(target)]
         else:
             expanded.append(target)
     for target in expanded:
@@ -162,9 +163,7 @@ def learn_parallel_functions() -> list[Any]:
         if name in _NOT_TAUGHT_HERE:
             continue
         obj = getattr(lp, name)
-        if isinstance(obj, types.FunctionType) or (
-            isinstance(obj, type) and issubclass(obj, nn.Module)
-        ):
+        if isinstance(obj, types.FunctionType | type):
             found.append(obj)
     from learn_parallel import scatter_gather
 

@@ -25,11 +25,14 @@ def last_two(module):
     module.to(Device(KIND, ids[0]).torch_device)
     return lp.DataParallel(module, device_ids=ids)
 """,
-        "takes the first two devices": """
+        "takes the first two devices": {
+            "min_devices": 3,  # on two devices it is the right answer
+            "source": """
 def last_two(module):
     ids = DEVICE_IDS[:2]
     module.to(Device(KIND, ids[0]).torch_device)
     return lp.DataParallel(module, device_ids=ids, output_device="cpu")
 """,
+        },
     },
 }

@@ -4,12 +4,15 @@ WRONG_ANSWERS = {
 def batch_mean(losses, rows):
     return losses.mean()
 """,
-        "weighs by tensor_split's sizes, not chunk's": """
+        "weighs by tensor_split's sizes, not chunk's": {
+            "min_devices": 3,  # on two devices it is the right answer
+            "source": """
 def batch_mean(losses, rows):
     sizes = [len(c) for c in torch.arange(rows).tensor_split(len(losses))]
     weights = torch.tensor(sizes, dtype=losses.dtype, device=losses.device)
     return (losses * weights).sum() / rows
 """,
+        },
     },
     "gather-pairs": {
         "calls the forbidden lp.gather": """

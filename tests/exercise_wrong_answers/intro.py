@@ -11,10 +11,13 @@ def rows_per_replica(dp, batch):
 """,
     },
     "intro-many": {
-        "only batches smaller than the device count": """
+        "only batches smaller than the device count": {
+            "min_devices": 3,  # on two devices it is the right answer
+            "source": """
 def idle_batches(limit):
     return [b for b in range(1, limit + 1) if b < len(DEVICES)]
 """,
+        },
         "uses tensor_split, which always makes n pieces": """
 def idle_batches(limit):
     n = len(DEVICES)
