@@ -177,7 +177,7 @@ def table(results: list[Result]) -> str:
                 message = textwrap.shorten(r.message, 300, placeholder=" ...")
                 lines.append(f"    FAILED {r.exercise}: {message}")
     total = sum(r.passed for r in results)
-    lines.append(f"total: {total}/{len(results)} exercises passed")
+    lines.append(f"total: {total}/{len(results)} passed")
     return "\n".join(lines)
 
 
