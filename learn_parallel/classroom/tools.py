@@ -149,7 +149,6 @@ class _ForbidTorch(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-_MISSING = object()
 _NOT_TAUGHT_HERE = {"Device", "device_count", "device_type"}  # finding devices is always allowed
 
 
