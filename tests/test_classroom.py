@@ -47,6 +47,7 @@ def test_handouts_keep_stubs_and_checks_and_drop_solutions(tmp_path):
         leaked = sorted(solution_lines & _lines(handout.cells))
         assert not leaked, f"{path.name}: solution code in the student copy: {leaked}"
         assert not any(SOLUTION in tags(c) for c in handout.cells)
+        nbformat.validate(nbformat.read(str(tmp_path / path.name), as_version=4))
         for tag in (STUB, CHECK):
             want = [c.source for c in book.cells if tag in tags(c)]
             assert [c.source for c in handout.cells if tag in tags(c)] == want, (path.name, tag)
@@ -59,6 +60,9 @@ def test_handouts_keep_stubs_and_checks_and_drop_solutions(tmp_path):
 
 def test_handouts_for_a_classroom_repository(tmp_path):
     import yaml
+
+    template = yaml.safe_load((ROOT / ".github" / "classroom" / "autograde.yml").read_text())
+    assert template["jobs"]["run-autograding-tests"]["runs-on"] == "ubuntu-latest"
 
     written = make_handouts(BOOK, tmp_path)
     workflow = yaml.safe_load((tmp_path / ".github" / "workflows" / "autograde.yml").read_text())

@@ -92,7 +92,7 @@ def classroom_workflow(template: str, exercise_ids: list[str]) -> str:
         variable = exercise_id.upper() + "_RESULTS"
         report.append(f'{variable}: "${{{{steps.{exercise_id}.outputs.result}}}}"')
     text = template
-    for marker, lines in (("@EXERCISES@", steps), ("@REPORT@", report)):
+    for marker, lines in (("# @EXERCISES@", steps), ("# @REPORT@", report)):
         line, replacement = indented(marker, lines)
         text = text.replace(line, replacement)
-    return text.replace("@RUNNERS@", ",".join(exercise_ids))
+    return text.replace('"@RUNNERS@"', ",".join(exercise_ids))
