@@ -74,6 +74,7 @@ def test_handouts_for_a_classroom_repository(tmp_path):
     assert steps[-1]["with"]["runners"] == ",".join(ids)
     assert (tmp_path / "_package" / "learn_parallel" / "classroom" / "checks").is_dir()
     assert (tmp_path / "_package" / "pyproject.toml").exists()
+    assert "./_package" in (tmp_path / "README.md").read_text()
 
 
 def test_result_command_reports_one_exercise(tmp_path, capsys):

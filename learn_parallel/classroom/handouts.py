@@ -19,6 +19,21 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "classroom" / "autograde.yml"
 
 
+STUDENT_README = """# learn-parallel exercises
+
+Each chapter notebook ends with exercises: replace the stub cell with your answer, then run
+the check cell below it; it says what is wrong, or `check passed`.
+
+    python -m pip install --index-url https://download.pytorch.org/whl/cpu torch
+    python -m pip install ./_package jupyterlab
+    jupyter lab
+
+Without GPUs the chapters run on simulated devices on the CPU. Every push is graded by
+`.github/workflows/autograde.yml`: one point per exercise whose check passes. To see the
+same table yourself: `python -m learn_parallel.classroom grade . --reference .`
+"""
+
+
 def student_copy(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """The notebook without its solutions and outputs."""
     copy = nbformat.from_dict(notebook)
@@ -61,6 +76,7 @@ def make_handouts(book: Path, out: Path, package: bool = True) -> list[Path]:
         (out / "_package" / "README.md").write_text(
             "The learn-parallel package these chapters use (installed by the grading workflow).\n"
         )
+        (out / "README.md").write_text(STUDENT_README)
         if WORKFLOW.exists():
             ids = [e.id for p in written for e in exercises(nbformat.read(str(p), as_version=4))]
             workflows = out / ".github" / "workflows"
