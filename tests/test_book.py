@@ -47,7 +47,6 @@ def test_book_builds_without_warnings():
         assert (ROOT / "_build" / "html" / "book" / f"{chapter.stem}.html").exists(), chapter
 
 
-REFERENCE_PAGES = {"glossary"}  # pages that explain terms: no exercises
 
 
 def test_notebooks_are_stored_with_outputs():
@@ -59,11 +58,35 @@ def test_notebooks_are_stored_with_outputs():
         code = [c for c in cells if c["cell_type"] == "code"]
         never_run = [i for i, c in enumerate(code) if c.get("execution_count") is None]
         assert not never_run, f"{path.name}: code cells {never_run} have no stored outputs"
-        if path.stem in REFERENCE_PAGES:
-            continue
-        text = "".join("".join(c["source"]) for c in cells)
-        assert text.count("{exercise-start}") >= 2, f"{path.name}: fewer than two exercises"
-        assert text.count(":class: dropdown") >= 2, f"{path.name}: solutions must be hidden"
+        if path.stem not in GUIDES:
+            _assert_exercises(path.name, cells)
+
+
+GUIDES = {"teaching", "glossary"}  # the guide for instructors and the glossary: no exercises
+
+
+def _assert_exercises(name: str, cells: list[dict]) -> None:
+    """Exercises in plain cells (see the exercise format in the teacher's guide): at least
+    two per chapter, every check cell tagged, every solution tagged and collapsed."""
+
+    def tagged(tag):
+        return [c for c in cells if tag in c.get("metadata", {}).get("tags", [])]
+
+    checks, solutions = tagged("exercise-check"), tagged("solution")
+    assert len(checks) >= 2, f"{name}: fewer than two exercises"
+    assert len(tagged("exercise-text")) == len(tagged("exercise-stub")) == len(checks), name
+    assert len(solutions) == len(checks), f"{name}: one solution cell per exercise"
+    for cell in checks:
+        source = "".join(cell["source"])
+        assert "raises-exception" in cell["metadata"]["tags"], f"{name}: untagged check cell"
+        assert 'check("' in source, f"{name}: a check cell must call check(...)"
+    for cell in solutions:
+        assert "hide-input" in cell["metadata"]["tags"], f"{name}: solution not hidden in the site"
+        hidden = cell["metadata"].get("jupyter", {}).get("source_hidden")
+        assert hidden is True, f"{name}: solution not collapsed in Jupyter"
+    text = "".join("".join(c["source"]) for c in cells)
+    for directive in ("{exercise", "{solution"):
+        assert directive not in text, f"{name}: Sphinx-only {directive} directive"
 
 
 def test_every_notebook_is_a_chapter_in_the_table_of_contents():

@@ -146,15 +146,16 @@ def test_search_finds_a_chapter(site, browser):
     page.close()
 
 
-def test_solution_dropdown_is_hidden_until_opened(site, browser):
+def test_solution_is_hidden_until_opened(site, browser):
+    """A solution cell (tag ``solution`` + ``hide-input``) shows a "show code" toggle."""
     page, _, _ = _open(browser, urljoin(site, "book/scatter.html"))
-    solution = page.locator(".solution.dropdown").first
+    solution = page.locator(".cell.tag_solution").first
     solution.wait_for()
-    body = solution.locator(".admonition-title ~ *").first
-    assert not body.is_visible(), "the solution is visible before it is opened"
-    solution.locator(".admonition-title").click()
-    body.wait_for(state="visible", timeout=5000)
-    assert body.is_visible()
+    code = solution.locator(".cell_input").first
+    assert not code.is_visible(), "the solution is visible before it is opened"
+    solution.locator("summary").first.click()
+    code.wait_for(state="visible", timeout=5000)
+    assert "def chunk_sizes" in code.inner_text()
     page.close()
 
 

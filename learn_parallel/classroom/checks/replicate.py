@@ -1,0 +1,51 @@
+"""Checks for the replicate chapter."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import learn_parallel as lp
+from learn_parallel.classroom import exercise
+from learn_parallel.classroom.tools import machine, spy
+
+
+def measured_extra_bytes(model: nn.Module, ids: list[int]) -> int:
+    """What replicate really allocated: storages no other tensor had before."""
+    seen = {t.data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    new = {}
+    for replica in lp.replicate(model, ids):
+        for t in [*replica.parameters(), *replica.buffers()]:
+            if t.data_ptr() not in seen:
+                new[(t.device, t.data_ptr())] = t.numel() * t.element_size()
+    return sum(new.values())
+
+
+@exercise("replicate-bytes")
+def extra_bytes(fn) -> str:
+    here = machine()
+    m = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Linear(16, 2)).to(here.source)
+    for n in range(1, len(here.devices) + 1):
+        expected = measured_extra_bytes(m, here.ids[:n])
+        got = fn(m, n)
+        assert got == expected, f"{n} devices: replicate allocated {expected} bytes, you said {got}"
+    return f"e.g. {expected} bytes for {len(here.devices)} devices"
+
+
+@exercise("replicate-grads")
+def manual_grad(fn) -> str:
+    here = machine()
+    torch.manual_seed(1)
+    m = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).to(here.source)
+    x = torch.randn(10, 3, device=here.source)
+    m[0].weight.grad = torch.full_like(m[0].weight, 7.0)  # stale: the answer must clear it
+    with spy(scatter=lp.scatter, replicate=lp.replicate) as seen:
+        got = fn(m, x).clone()
+    assert seen.calls["scatter"] and seen.calls["replicate"], (
+        "split x with lp.scatter and run one replica per slice (lp.replicate): "
+        f"scatter was called {seen.calls['scatter']} times, replicate {seen.calls['replicate']}"
+    )
+    m.zero_grad()
+    m(x).sum().backward()
+    assert torch.allclose(got, m[0].weight.grad, atol=1e-6), "gradients differ from one device"
+    return "same gradient as one device"

@@ -1,0 +1,327 @@
+"""What the checks share: this machine's devices, forbidding a call, spying on one,
+and telling whether a tensor was really sent to its device.
+
+Checks never read a notebook's globals; they find the devices here, exactly as a
+chapter's setup cell does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+from learn_parallel.devices import SIMULATED, Device, device_count, device_type
+
+
+@dataclass(frozen=True)
+class Machine:
+    """This machine's devices, as the chapters' setup cell names them."""
+
+    kind: str
+    ids: list[int]
+    devices: list[Device]
+
+    @property
+    def source(self) -> torch.device:
+        """Where a model and its batch start out (the first device)."""
+        return self.devices[0].torch_device
+
+    def torch_device(self, index: int) -> torch.device:
+        return Device(self.kind, index).torch_device
+
+
+def machine() -> Machine:
+    kind = device_type()
+    ids = list(range(device_count()))
+    return Machine(kind, ids, [Device(kind, i) for i in ids])
+
+
+def devices_are_distinct() -> bool:
+    """Can a tensor's ``.device`` tell device 0 from device 1 (and from the host)?
+
+    True on GPUs. Simulated devices that all map to the CPU cannot, so checks
+    then look for the copy itself (`Moves`).
+    """
+    if device_type() != SIMULATED:
+        return True
+    first, second = Device(SIMULATED, 0).torch_device, Device(SIMULATED, 1).torch_device
+    return first != second and first != torch.device("cpu")
+
+
+# --------------------------------------------------------------------------
+# Forbidding a call: the exercise says "without calling X", the check makes X raise
+# --------------------------------------------------------------------------
+
+
+class ForbiddenCall(AssertionError):
+    pass
+
+
+_forbidden_hits: list[str] = []
+
+
+def _hit(name: str) -> None:
+    _forbidden_hits.append(name)
+    raise ForbiddenCall(f"your answer calls {name}, which this exercise asks you not to use")
+
+
+def _raiser_code(name: str, original: types.CodeType) -> types.CodeType:
+    """A code object that reports ``name``, with the same free variables as ``original``
+    (so it can be swapped into the function itself and catch every alias of it)."""
+    free = original.co_freevars
+    inner = "\n".join(
+        [
+            "def _outer():",
+            *[f"    {v} = None" for v in free],
+            "    def _forbidden(*args, **kwargs):",
+            *[f"        {v}" for v in free],
+            "        from learn_parallel.classroom.tools import _hit",
+            f"        _hit({name!r})",
+            "    return _forbidden",
+        ]
+    )
+    namespace: dict[str, Any] = {}
+    exec(inner, namespace)
+    return namespace["_outer"]().__code__
+
+
+@contextlib.contextmanager
+def forbid(*targets: Any) -> Iterator[None]:
+    """Make each target raise `ForbiddenCall` while the block runs.
+
+    A target is a Python function or method (its code is swapped, so every alias
+    of it, ``from learn_parallel import scatter`` included, is caught), a class
+    (its own ``forward``, ``apply`` and ``__call__`` are forbidden), or an ``(owner, "name")`` pair
+    for a builtin such as ``(torch, "chunk")``. After the block, a forbidden call
+    that the answer swallowed still fails the check.
+    """
+    swapped: list[tuple[Callable, types.CodeType]] = []
+    torch_functions: dict[Any, str] = {}
+    expanded: list[Any] = []
+    for target in targets:
+        if isinstance(target, type):
+            methods = ("forward", "apply", "__call__")
+            expanded += [(target, attr) for attr in methods if attr in vars(target)]
+        else:
+            expanded.append(target)
+    for target in expanded:
+        if isinstance(target, tuple):
+            owner, name = target
+            original = getattr(owner, name)
+            function = getattr(original, "__func__", original)
+            if not isinstance(function, types.FunctionType):
+                # A torch builtin: caught by a TorchFunctionMode, whatever it is called.
+                torch_functions[original] = f"{getattr(owner, '__name__', owner)}.{name}"
+                continue
+            target = function
+        label = f"{target.__module__}.{target.__qualname__}"
+        swapped.append((target, target.__code__))
+        target.__code__ = _raiser_code(label, target.__code__)
+    before = len(_forbidden_hits)
+    try:
+        with _ForbidTorch(torch_functions):
+            yield
+    finally:
+        for function, code in swapped:
+            function.__code__ = code
+    hits = _forbidden_hits[before:]
+    del _forbidden_hits[before:]
+    if hits:
+        raise ForbiddenCall(f"your answer calls {hits[0]}, which this exercise asks you not to use")
+
+
+class _ForbidTorch(TorchFunctionMode):
+    def __init__(self, forbidden: dict[Any, str]) -> None:
+        super().__init__()
+        self.forbidden = forbidden
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.forbidden:
+            _hit(self.forbidden[func])
+        return func(*args, **(kwargs or {}))
+
+
+_NOT_TAUGHT_HERE = {"Device", "device_count", "device_type"}  # finding devices is always allowed
+
+
+def learn_parallel_functions() -> list[Any]:
+    """Every public function and class of the package's core modules, for exercises
+    that say "no learn_parallel calls"."""
+    import learn_parallel as lp
+
+    found = []
+    for name in lp.__all__:
+        if name in _NOT_TAUGHT_HERE:
+            continue
+        obj = getattr(lp, name)
+        if isinstance(obj, types.FunctionType | type):
+            found.append(obj)
+    from learn_parallel import scatter_gather
+
+    found += [scatter_gather.Scatter, scatter_gather.Gather]
+    return found
+
+
+# --------------------------------------------------------------------------
+# Spying: was a function called at all (e.g. "use lp.scatter")?
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Spy:
+    calls: dict[str, int] = field(default_factory=dict)
+
+
+_spied: dict[str, tuple[Spy, Callable]] = {}
+
+
+def _spied_call(label: str, args: tuple, kwargs: dict) -> Any:
+    record, original = _spied[label]
+    record.calls[label] += 1
+    return original(*args, **kwargs)
+
+
+def _counting_code(label: str, original: types.CodeType) -> types.CodeType:
+    free = original.co_freevars
+    inner = "\n".join(
+        [
+            "def _outer():",
+            *[f"    {v} = None" for v in free],
+            "    def _spy(*args, **kwargs):",
+            *[f"        {v}" for v in free],
+            "        from learn_parallel.classroom.tools import _spied_call",
+            f"        return _spied_call({label!r}, args, kwargs)",
+            "    return _spy",
+        ]
+    )
+    namespace: dict[str, Any] = {}
+    exec(inner, namespace)
+    return namespace["_outer"]().__code__
+
+
+@contextlib.contextmanager
+def spy(**functions: Callable) -> Iterator[Spy]:
+    """Count the calls of each ``label=function`` while the block runs, through any alias."""
+    record = Spy({label: 0 for label in functions})
+    swapped = []
+    for label, function in functions.items():
+        function = getattr(function, "__func__", function)
+        copy = types.FunctionType(
+            function.__code__,
+            function.__globals__,
+            function.__name__,
+            function.__defaults__,
+            function.__closure__,
+        )
+        copy.__kwdefaults__ = function.__kwdefaults__
+        _spied[label] = (record, copy)
+        swapped.append((function, function.__code__, label))
+        function.__code__ = _counting_code(label, function.__code__)
+    try:
+        yield record
+    finally:
+        for function, code, label in swapped:
+            function.__code__ = code
+            _spied.pop(label, None)
+
+
+# --------------------------------------------------------------------------
+# Placement: was this tensor (or module) really sent to its device?
+# --------------------------------------------------------------------------
+
+
+def _target_of(args: tuple, kwargs: dict) -> torch.device | None:
+    candidate = kwargs.get("device")
+    if candidate is None and args:
+        candidate = args[0]
+    if isinstance(candidate, torch.Tensor):
+        return candidate.device
+    if isinstance(candidate, str | int | torch.device):
+        try:
+            return torch.device(candidate)
+        except (RuntimeError, TypeError):
+            return None
+    return None
+
+
+class Moves:
+    """Records every ``Tensor.to`` / ``Module.to`` call made while it is active.
+
+    On GPUs ``tensor.device`` says where a tensor is. Simulated devices all live
+    in host memory, so there the only evidence of "sent to device 2" is the call
+    that sent it: `placed` accepts a tensor only if it came out of a ``.to()``
+    aimed at that device (or already reports a distinct device that matches).
+    """
+
+    def __init__(self) -> None:
+        self.tensors: dict[int, tuple[torch.Tensor, torch.device]] = {}
+        self.modules: list[tuple[nn.Module, torch.device]] = []
+        self.moved_shapes: list[tuple[torch.Size, bool]] = []
+        self.sources: dict[int, tuple[torch.Tensor, list[torch.device]]] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Moves:
+        self._tensor_to = torch.Tensor.to
+        self._module_to = nn.Module.to
+        moves = self
+
+        def tensor_to(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            result = moves._tensor_to(tensor, *args, **kwargs)
+            target = _target_of(args, kwargs)
+            if target is not None:
+                with moves._lock:
+                    moves.tensors[id(result)] = (result, target)
+                    moves.moved_shapes.append((tensor.shape, tensor.requires_grad))
+                    moves.sources.setdefault(id(tensor), (tensor, []))[1].append(target)
+            return result
+
+        def module_to(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            target = _target_of(args, kwargs)
+            if target is not None:
+                with moves._lock:
+                    moves.modules.append((module, target))
+            return moves._module_to(module, *args, **kwargs)
+
+        torch.Tensor.to = tensor_to
+        nn.Module.to = module_to
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        torch.Tensor.to = self._tensor_to
+        nn.Module.to = self._module_to
+
+    def placed(self, tensor: torch.Tensor, device: torch.device) -> bool:
+        """Is ``tensor`` on ``device``, and (on simulated devices) was it sent there?"""
+        if tensor.device != device:
+            return False
+        if devices_are_distinct():
+            return True
+        moved = self.tensors.get(id(tensor))
+        return moved is not None and moved[0] is tensor and moved[1] == device
+
+    def sent(self, tensor: torch.Tensor, device: torch.device) -> bool:
+        """Was ``tensor`` copied to ``device`` with ``.to()`` (needed only where it is
+        elsewhere; simulated devices cannot tell, so there the copy must be seen)?"""
+        if devices_are_distinct() and tensor.device == device:
+            return True
+        entry = self.sources.get(id(tensor))
+        return entry is not None and entry[0] is tensor and device in entry[1]
+
+    def module_sent_to(self, module: nn.Module, device: torch.device) -> bool:
+        if not all(p.device == device for p in module.parameters()):
+            return False
+        if devices_are_distinct():
+            return True
+        return any(m is module and d == device for m, d in self.modules)
+
+    def moved_non_scalars_with_grad(self) -> list[torch.Size]:
+        """Shapes of tensors that take part in autograd and were copied whole."""
+        return [shape for shape, grad in self.moved_shapes if grad and shape.numel() > 1]
