@@ -22,11 +22,11 @@ from torch import nn
 from torch.autograd.profiler import record_function
 from torch.utils.data import default_collate
 
+from learn_parallel import nested
 from learn_parallel.data_parallel import DataParallel, check_on_source_device
 from learn_parallel.devices import Device, DeviceLike
 from learn_parallel.options import check_on_device
 from learn_parallel.phases import phase
-from learn_parallel.scatter_gather import _is_namedtuple, _members, _rebuild
 
 
 # [move-to-device]
@@ -45,10 +45,10 @@ def move_to_device(value: Any, device: Device) -> Any:
         not is_container and callable(getattr(value, "to", None))
     ):
         return value.to(device.torch_device, non_blocking=True)
-    members = _members(value)
+    members = nested.members(value)
     if not members:
         return value
-    return _rebuild(value, [move_to_device(member, device) for _, member in members])
+    return nested.rebuild(value, [move_to_device(member, device) for _, member in members])
 
 
 # [move-to-device]
@@ -100,7 +100,7 @@ class TupleParallel(DataParallel):
     ) -> tuple[list[tuple[Any]], list[dict[str, Any]]]:
         """Per-replica (args, kwargs): batch i on device i, the kwargs on every device."""
         n = len(self.devices)
-        if not isinstance(batches, tuple | list) or _is_namedtuple(batches):
+        if not isinstance(batches, tuple | list) or nested.is_namedtuple(batches):
             raise TypeError(
                 f"TupleParallel expects a tuple of {n} batches, one per device, but got a "
                 f"{type(batches).__name__}. Split the batch first (PerDeviceCollate({n}) "
@@ -167,18 +167,11 @@ def split_batch(batch: Any, num_pieces: int, dim: int = 0) -> tuple[Any, ...]:
 
 
 def _batch_sizes(value: Any, dim: int) -> list[int]:
-    if isinstance(value, torch.Tensor):
-        return [value.size(dim)] if value.dim() > 0 else []
-    return [s for _, member in _members(value) or [] for s in _batch_sizes(member, dim)]
+    return [t.size(dim) for _, t in nested.tensors(value) if t.dim() > 0]
 
 
 def _piece(value: Any, i: int, n: int, dim: int) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.tensor_split(n, dim)[i] if value.dim() > 0 else value
-    members = _members(value)
-    if not members:
-        return value
-    return _rebuild(value, [_piece(member, i, n, dim) for _, member in members])
+    return nested.map_tensors(lambda t: t.tensor_split(n, dim)[i] if t.dim() > 0 else t, value)
 
 
 class PerDeviceCollate:
