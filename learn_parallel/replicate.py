@@ -33,18 +33,44 @@ def copy_to_devices(tensors: Sequence[torch.Tensor], devices: Sequence[Device]) 
     replica a parameter of its own.
     """
     if not devices[0].is_simulated:
-        return torch.cuda.comm.broadcast_coalesced(list(tensors), [d.index for d in devices])
+        # Coalescing sends complex tensors as real (..., 2) views: turn them back.
+        copies = torch.cuda.comm.broadcast_coalesced(_as_real(tensors), [d.index for d in devices])
+        if not any(t.is_complex() for t in tensors):
+            return copies
+        return [list(tensors)] + [_as_complex_like(c, tensors) for c in copies[1:]]
     return [list(tensors)] + [[t.clone() for t in tensors] for _ in devices[1:]]
 
 
 def reduce_add_to_source(per_device: Sequence[Sequence[torch.Tensor]], source: Device) -> list:
     """Sum tensor ``t`` over all devices, onto the source device."""
     if not source.is_simulated:
-        return torch.cuda.comm.reduce_add_coalesced(per_device, destination=source.index)
+        summed = torch.cuda.comm.reduce_add_coalesced(
+            [_as_real(grads) for grads in per_device], destination=source.index
+        )
+        return _as_complex_like(summed, per_device[0])
     return [torch.stack(list(copies)).sum(0) for copies in zip(*per_device)]
 
 
 # [copy-to-devices]
+
+
+def _as_real(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    return [torch.view_as_real(t) if t.is_complex() else t for t in tensors]
+
+
+def _as_complex_like(
+    tensors: Sequence[torch.Tensor], like: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """Undo `_as_real` for the tensors whose counterpart in ``like`` is complex."""
+    result = []
+    for tensor, original in zip(tensors, like):
+        if original.is_complex():
+            # A slice of a coalesced buffer may start at an odd float offset.
+            if tensor.storage_offset() % 2 or not tensor.is_contiguous():
+                tensor = tensor.clone()
+            tensor = torch.view_as_complex(tensor)
+        result.append(tensor)
+    return result
 
 
 # [broadcast]
