@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 import torch
 from torch import nn
 
-from learn_parallel.devices import Device, DeviceLike, to_device
+from learn_parallel.devices import Device, DeviceLike, resolved, to_device
 from learn_parallel.phases import phase
 
 
@@ -281,7 +281,7 @@ def parallel_apply(
             f"parallel_apply got {len(modules)} modules, {len(kwargs_tup)} kwargs "
             f"and {len(devices)} devices; they must all have the same length."
         )
-    devices = [to_device(d) for d in devices]
+    devices = resolved(devices)
     calls = []
     for module, args, kwargs, device in zip(modules, inputs, kwargs_tup, devices):
         args = args if isinstance(args, list | tuple) else (args,)
