@@ -4,7 +4,8 @@
 # GPU tests, each chapter's per-device measurement (learn_parallel.lab.measure), the
 # chain benchmark (scattered vs gather-then-rescatter) and the main benchmark
 # (learn_parallel vs torch.nn.DataParallel vs DDP), and with PARTS including
-# "notebooks", every chapter executed on the GPUs (needs nbclient and ipykernel).
+# "notebooks", every chapter executed on the GPUs (needs nbclient and ipykernel); with
+# "host_time", the host time of one forward (BEFORE=DIR also times an older checkout).
 # PARTS picks some of them (default: "tests measure chain bench"). Each part keeps going if another fails;
 # logs and results end up in OUTDIR/results.tgz.
 set -uo pipefail
@@ -29,6 +30,22 @@ fi
 if [[ $parts == *" bench "* ]]; then
   timeout 420 python -m learn_parallel bench --devices "$devices" --no-progress \
     --out "$work/bench" 2>&1 | tee "$work/bench.log" | tail -40
+fi
+if [[ $parts == *" host_time "* ]]; then
+  # Host time of one DataParallel forward (ResNet-18 when torchvision imports, batch 512,
+  # every visible GPU) for this tree and, with BEFORE=DIR (a checkout of an older commit),
+  # for that one too, alternated three times: OUTDIR/host_time/{after,before}-N.json.
+  mkdir -p "$work/host_time"
+  for round in 1 2 3; do
+    timeout 120 python -m learn_parallel.lab.host_time --json \
+      > "$work/host_time/after-$round.json" 2>> "$work/host_time.log"
+    if [[ -n ${BEFORE:-} ]]; then
+      cp learn_parallel/lab/host_time.py "$BEFORE/learn_parallel/lab/host_time.py"
+      (cd "$BEFORE" && timeout 120 python -m learn_parallel.lab.host_time --json) \
+        > "$work/host_time/before-$round.json" 2>> "$work/host_time.log"
+    fi
+  done
+  grep -h '"host_ms_median"\|"package"\|"to_device' "$work"/host_time/*.json | tee -a "$work/host_time.log"
 fi
 if [[ $parts == *" notebooks "* ]]; then
   # Each chapter, unchanged, executed on this machine's GPUs; the executed copies are kept.
