@@ -47,6 +47,19 @@ def check_on_source_device(module: nn.Module, source: Device) -> None:
 # [source-device-check]
 
 
+def wrapper_devices(module: nn.Module, device_ids: Sequence[DeviceLike] | None) -> list[Device]:
+    """The checked devices of a wrapper around ``module`` (DataParallel, TupleParallel).
+
+    Warns when the GPUs are unbalanced; with a single device there is nothing to
+    split, so the module is moved there and will simply be called on it.
+    """
+    devices = resolve_device_ids(device_ids)
+    check_balance(devices)
+    if len(devices) == 1:
+        module.to(devices[0].torch_device)
+    return devices
+
+
 # [data-parallel-init]
 class DataParallel(nn.Module):
     """Split each batch across devices, run a replica of ``module`` on each, join the outputs.
@@ -89,17 +102,13 @@ class DataParallel(nn.Module):
             gather_to_one_device, inputs_are_scattered, except_keywords, sort_and_gather
         )
         # Resolved once, here: every step passes these Device values down unchanged.
-        self.devices: list[Device] = resolve_device_ids(device_ids)
+        self.devices: list[Device] = wrapper_devices(module, device_ids)
         self.device_ids: list[int] = [d.index for d in self.devices]
         self._device_of_id = dict(zip(self.device_ids, self.devices))
         self.src_device: Device = self.devices[0]
         self.output_device: Device = (
             self.src_device if output_device is None else to_device(output_device, allow_cpu=True)
         )
-        check_balance(self.devices)
-        if len(self.devices) == 1:
-            # Nothing to split: the module will simply be called on that device.
-            self.module.to(self.src_device.torch_device)
 
     # [data-parallel-init]
 

@@ -19,7 +19,6 @@ from learn_parallel.devices import Device, DeviceLike, output_torch_device
 from learn_parallel.scatter_gather import join
 
 
-# [check-on-device]
 def check_on_device(value: Any, device: Device, path: str, fix: str) -> None:
     """Raise unless every tensor in ``value`` sits on ``device``; ``fix`` ends the message.
 
@@ -37,10 +36,6 @@ def check_on_device(value: Any, device: Device, path: str, fix: str) -> None:
         check_on_device(member, device, path + suffix, fix)
 
 
-# [check-on-device]
-
-
-# [take-scattered]
 def take_scattered(
     inputs: Sequence[Any], kwargs: dict[str, Any] | None, devices: Sequence[Device]
 ) -> tuple[tuple[tuple[Any, ...], ...], tuple[dict[str, Any], ...]]:
@@ -95,10 +90,6 @@ def take_scattered(
     return per_replica_args, per_replica_kwargs
 
 
-# [take-scattered]
-
-
-# [gather-except]
 def gather_except(
     outputs: Sequence[Any],
     target_device: DeviceLike,
@@ -153,10 +144,6 @@ def _mentions(obj: Any, keys: frozenset) -> bool:
     return any(_mentions(value, keys) for _, value in nested.members(obj) or [])
 
 
-# [gather-except]
-
-
-# [gather-per-device]
 def gather_per_device(per_device: Any, target_device: DeviceLike, dim: int = 0) -> Any:
     """Gather per-device tuples back into whole-batch tensors, in batch order.
 
@@ -180,6 +167,3 @@ def _gather_tuples(obj: Any, target: torch.device, dim: int, path: str) -> Any:
     if is_sequence and all(isinstance(v, torch.Tensor) for v in values):
         return join(values, target, dim, path)
     return nested.rebuild(obj, [_gather_tuples(v, target, dim, path + p) for p, v in members])
-
-
-# [gather-per-device]

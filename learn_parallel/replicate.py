@@ -166,7 +166,6 @@ def _tensors_to_copy(
     return modules, params, buffers
 
 
-# [shallow-copy]
 _DEFAULT_SHALLOW_COPY = nn.Module._replicate_for_data_parallel
 
 
@@ -191,9 +190,6 @@ def shallow_copy(module: nn.Module) -> tuple[nn.Module, bool]:
     state["_is_replica"] = True  # makes replica.zero_grad() warn that it does nothing
     object.__setattr__(replica, "__dict__", state)
     return replica, True
-
-
-# [shallow-copy]
 
 
 # [replicate]

@@ -23,10 +23,12 @@ from torch.autograd.profiler import record_function
 from torch.utils.data import default_collate
 
 from learn_parallel import nested
-from learn_parallel.data_parallel import DataParallel, check_on_source_device
+from learn_parallel.data_parallel import check_on_source_device, wrapper_devices
 from learn_parallel.devices import Device, DeviceLike
 from learn_parallel.options import check_on_device
+from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.phases import phase
+from learn_parallel.replicate import replicate
 
 
 # [move-to-device]
@@ -55,45 +57,53 @@ def move_to_device(value: Any, device: Device) -> Any:
 
 
 # [tuple-parallel]
-class TupleParallel(DataParallel):
+class TupleParallel(nn.Module):
     """Run ``module`` on N per-device batches at once; return N outputs, left in place.
 
-    Takes DataParallel's constructor arguments (``output_device`` is accepted
-    for compatibility but unused: nothing is gathered), plus ``transfer``:
-    with ``transfer=True`` (the default) batch i is moved to device i, and the
-    keyword arguments, shared by every replica, are moved to every device; with
-    ``transfer=False`` batch i must already sit there, which is checked for
-    tensors (custom objects cannot be inspected). On simulated devices every
-    tensor lives on the CPU, so the check sees only the backing torch device.
+    ``device_ids`` and ``dim`` mean what they mean for DataParallel; there is no
+    ``output_device``, since nothing is gathered. With ``transfer=True`` (the
+    default) batch i is moved to device i, and the keyword arguments, shared by
+    every replica, are moved to every device; with ``transfer=False`` batch i
+    must already sit there, which is checked for tensors (custom objects cannot
+    be inspected). On simulated devices every tensor lives on the CPU, so the
+    check sees only the backing torch device.
     """
 
     def __init__(
         self,
         module: nn.Module,
         device_ids: Sequence[DeviceLike] | None = None,
-        output_device: DeviceLike | None = None,
         dim: int = 0,
         *,
         transfer: bool = True,
     ) -> None:
-        super().__init__(module, device_ids, output_device, dim)
+        super().__init__()
+        self.module = module
+        self.dim = dim
         self.transfer = transfer
+        self.devices: list[Device] = wrapper_devices(module, device_ids)
+        self.device_ids: list[int] = [d.index for d in self.devices]
+        self.src_device: Device = self.devices[0]
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, transfer={self.transfer}"
+        simulated = " (simulated on the CPU)" if self.src_device.is_simulated else ""
+        devices = ", ".join(map(str, self.devices))
+        return f"devices=[{devices}]{simulated}, dim={self.dim}, transfer={self.transfer}"
 
     def forward(self, batches: Sequence[Any], **kwargs: Any) -> tuple[Any, ...]:
         """``module(batches[i], **kwargs)`` on device i, for every i; returns the N outputs."""
         with record_function("learn_parallel.TupleParallel.forward"):
-            check_on_source_device(self.module, self.src_device)
+            if len(self.devices) == 1:  # on several devices, replicate checks as it copies
+                check_on_source_device(self.module, self.src_device)
             with phase("scatter"):
                 inputs, kwargs_tup = self._place(batches, kwargs)
             if len(self.devices) == 1:
                 with phase("forward", self.src_device):
                     return (self.module(*inputs[0], **kwargs_tup[0]),)
             with phase("replicate"):
-                replicas = self.replicate(self.module, self.device_ids)
-            return tuple(self.parallel_apply(replicas, inputs, kwargs_tup))
+                # Under torch.no_grad() nothing will be differentiated: skip the autograd wiring.
+                replicas = replicate(self.module, self.devices, not torch.is_grad_enabled())
+            return tuple(parallel_apply(replicas, inputs, kwargs_tup, self.devices))
 
     def _place(
         self, batches: Sequence[Any], kwargs: dict[str, Any]

@@ -29,9 +29,14 @@ from typing import Any
 import torch
 
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import SIMULATED_DEVICES_ENV, Device, device_count, device_type
+from learn_parallel.devices import (
+    SIMULATED_DEVICES_ENV,
+    device_count,
+    device_type,
+    resolve_device_ids,
+)
 from learn_parallel.lab.bench_ddp import share
-from learn_parallel.lab.timing import Recorder, describe_hardware, phase
+from learn_parallel.lab.timing import Recorder, describe_hardware, phase, step_times_ms
 from learn_parallel.lab.workloads import (
     CONV_MODELS,
     Workload,
@@ -53,6 +58,11 @@ TORCH_DP_ON_CPU = (
     "just calls the module once on the CPU"
 )
 SCHEMA = "learn_parallel.lab.bench/1"
+
+
+def on_gpus() -> bool:
+    """Whether DataParallel runs on GPUs here (not with ``LEARN_PARALLEL_SIMULATE=1``)."""
+    return device_type() == "cuda"
 
 
 # [settings]
@@ -101,7 +111,7 @@ def _choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``bench`` options. Unset sizes get GPU defaults, or small ones on the CPU."""
-    on_gpu = torch.cuda.is_available()
+    on_gpu = on_gpus()
     parser.add_argument(
         "--out",
         type=Path,
@@ -207,7 +217,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Fill in every unset option from the machine (GPU or CPU) and ``--quick``."""
-    on_gpu = torch.cuda.is_available()
+    on_gpu = on_gpus()
 
     def pick(value: Any, gpu: Any, cpu: Any, quick: Any) -> Any:
         if value is not None:
@@ -295,7 +305,7 @@ class Group:
 def groups_of(settings: Settings) -> list[Group]:
     groups = []
     for w in settings.workloads:
-        if w.kind == "conv" and torch.cuda.is_available():
+        if w.kind == "conv" and on_gpus():
             groups += [Group(w, mode) for mode in settings.cudnn_modes]
         else:
             groups.append(Group(w, None))
@@ -303,16 +313,6 @@ def groups_of(settings: Settings) -> list[Group]:
 
 
 # [measure]
-def _synchronize(count: int) -> None:
-    if torch.cuda.is_available():
-        for index in range(count):
-            torch.cuda.synchronize(index)
-
-
-def _source() -> torch.device:
-    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-
-
 def train_step(
     model: Callable[[torch.Tensor], torch.Tensor],
     x: torch.Tensor,
@@ -331,26 +331,12 @@ def train_step(
         optimizer.zero_grad(set_to_none=True)
 
 
-def time_steps(step: Callable[[], None], sync: Callable[[], None], warmup: int, steps: int):
-    """Per-step wall times in ms: warm-up steps untimed, then each step ended by ``sync``."""
-    for _ in range(warmup):
-        step()
-    sync()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
-    return times
-
-
 def measure_in_process(
     implementation: str, group: Group, count: int, settings: Settings
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Time one implementation on ``count`` devices in this process; maybe record a timeline."""
     row = _row(group, implementation, count)
-    if implementation == "torch_dp" and not torch.cuda.is_available():
+    if implementation == "torch_dp" and not on_gpus():
         row.update(status="not applicable", note=TORCH_DP_ON_CPU)
         return row, None
     torch.backends.cudnn.benchmark = bool(group.cudnn_benchmark)
@@ -362,7 +348,7 @@ def measure_in_process(
         row.update(status="failed", note=f"{type(error).__name__}: {error}"[:500])
     finally:
         gc.collect()  # the model and its replicas are gone: give their memory back
-        if torch.cuda.is_available():
+        if on_gpus():
             torch.cuda.empty_cache()
     return row, timeline
 
@@ -370,9 +356,10 @@ def measure_in_process(
 def _train_and_time(
     implementation: str, workload: Workload, count: int, settings: Settings
 ) -> tuple[list[float], dict[str, Any] | None]:
-    source = _source()
+    devices = resolve_device_ids(list(range(count)))
+    source = devices[0].torch_device
     model = build_model(workload, settings.seed).to(source)
-    ids = list(range(count))
+    ids = [d.index for d in devices]
     forward: Callable[[torch.Tensor], torch.Tensor]
     if implementation == "learn_parallel":
         forward = dp = DataParallel(model, device_ids=ids)
@@ -382,7 +369,7 @@ def _train_and_time(
         recorded_on = None  # torch's DataParallel has no phase marks
     else:
         # The one-device baseline marks its own forward, so its timeline has one too.
-        device = Device(device_type(), 0)
+        device = devices[0]
         recorded_on = [device]
 
         def forward(x: torch.Tensor) -> torch.Tensor:
@@ -395,7 +382,7 @@ def _train_and_time(
     def step() -> None:
         train_step(forward, x, y, workload, optimizer)
 
-    times = time_steps(step, lambda: _synchronize(count), settings.warmup, settings.steps)
+    times = step_times_ms(step, devices, settings.warmup, settings.steps)
     timeline = None
     if recorded_on is not None and settings.timeline_steps > 0:
         with Recorder(devices=recorded_on) as recorder:
@@ -441,7 +428,7 @@ def ddp_environment(count: int) -> dict[str, str]:
         env.setdefault(name, value)
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-    if not torch.cuda.is_available():
+    if not on_gpus():
         # Share the cores the way the simulated devices share them in one process.
         env.setdefault("OMP_NUM_THREADS", str(max(1, torch.get_num_threads() // count)))
     return env
@@ -478,7 +465,7 @@ def run_ddp(count: int, groups: Sequence[Group], settings: Settings) -> list[dic
         for row in rows:
             row.update(status="failed", note=f"global batch too small for {count} processes")
         return rows
-    backend = "NCCL" if torch.cuda.is_available() else "gloo, one CPU process per device"
+    backend = "NCCL" if on_gpus() else "gloo, one CPU process per device"
     for row in rows:
         row["note"] = f"{count} process(es) via torchrun, {backend}"
     failure = ""
@@ -627,9 +614,9 @@ def _metadata(settings: Settings, command_line: str, seconds: float) -> dict[str
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": command_line,
         "git": _git_commit(),
-        "hardware": hardware.__dict__ | {"label": hardware.label()},
+        "hardware": hardware.to_dict(),
         "torch_version": torch.__version__,
-        "cudnn_version": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+        "cudnn_version": torch.backends.cudnn.version() if on_gpus() else None,
         "settings": {
             "devices": settings.devices,
             "implementations": settings.implementations,
@@ -640,7 +627,7 @@ def _metadata(settings: Settings, command_line: str, seconds: float) -> dict[str
             "seed": settings.seed,
             "notes": settings.notes,
         },
-        "nccl_env": {k: os.environ.get(k) for k in NCCL_ENV} if torch.cuda.is_available() else {},
+        "nccl_env": {k: os.environ.get(k) for k in NCCL_ENV} if on_gpus() else {},
         "duration_s": round(seconds, 1),
         "timing": "median of per-step wall times; each step ends with a synchronize of every "
         "device used; DDP: the slowest rank per step",
@@ -662,8 +649,7 @@ def write_plots(report: dict[str, Any], out: Path) -> list[str]:
     )
     from learn_parallel.lab.timing import Hardware, Timeline
 
-    hardware_data = {k: v for k, v in report["meta"]["hardware"].items() if k != "label"}
-    hardware = Hardware(**hardware_data)
+    hardware = Hardware.from_dict(report["meta"]["hardware"])
     written = []
 
     def save(fig: Any, name: str) -> None:
@@ -747,7 +733,7 @@ def run_cli(args: argparse.Namespace, argv: Sequence[str]) -> int:
     command_line = shlex.join(["python", "-m", "learn_parallel", "bench", *argv])
     report = run(settings, command_line)
     print(summary_table(report))
-    if not torch.cuda.is_available():
+    if not on_gpus():
         print("Devices are simulated on the CPU: these are host timings, not GPU times.")
     seconds = report["meta"]["duration_s"]
     print(f"\nWrote {settings.out / 'bench.json'} and {len(report['plots'])} plots in {seconds} s.")
