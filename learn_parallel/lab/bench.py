@@ -65,7 +65,6 @@ def on_gpus() -> bool:
     return device_type() == "cuda"
 
 
-# [settings]
 @dataclass
 class Settings:
     """A resolved benchmark run: what to measure, how long, and where to write."""
@@ -111,13 +110,13 @@ def _choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``bench`` options. Unset sizes get GPU defaults, or small ones on the CPU."""
-    on_gpu = on_gpus()
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("out/bench"),
-        help="directory for bench.json, the PNG plots and DDP logs (default out/bench)",
-    )
+    _add_what_to_measure(parser)
+    _add_run_length(parser)
+    _add_workload_sizes(parser)
+    _add_output(parser)
+
+
+def _add_what_to_measure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--devices",
         type=_int_list,
@@ -141,6 +140,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "process per device via torchrun); default: all four",
     )
     parser.add_argument(
+        "--cudnn-benchmark",
+        choices=("off", "on", "both"),
+        default=None,
+        help="torch.backends.cudnn.benchmark for the conv net; 'both' measures it twice, "
+        "since torch.nn.DataParallel's fresh threads re-tune every step with it on "
+        f"(default {'both' if on_gpus() else 'off'} here: it only matters on GPUs)",
+    )
+
+
+def _add_run_length(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="tiny models and few steps, for tests and a first look (about half a minute "
@@ -162,6 +172,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="extra steps recorded per device for the timeline plots, after the timed "
         "ones (default 3; quick 2; 0 turns recording off)",
     )
+    parser.add_argument(
+        "--ddp-timeout",
+        type=float,
+        default=300.0,
+        help="seconds one torchrun launch (all workloads for one device count) may take "
+        "before it is stopped and marked failed (default 300)",
+    )
+
+
+def _add_workload_sizes(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mlp-batch",
         type=int,
@@ -194,22 +214,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="resnet18 (needs torchvision), small_cnn (the package's own), or auto: "
         "resnet18 when torchvision imports (default auto; quick small_cnn)",
     )
-    parser.add_argument(
-        "--cudnn-benchmark",
-        choices=("off", "on", "both"),
-        default=None,
-        help="torch.backends.cudnn.benchmark for the conv net; 'both' measures it twice, "
-        "since torch.nn.DataParallel's fresh threads re-tune every step with it on "
-        f"(default {'both' if on_gpu else 'off'} here: it only matters on GPUs)",
-    )
     parser.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and data")
+
+
+def _add_output(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--ddp-timeout",
-        type=float,
-        default=300.0,
-        help="seconds one torchrun launch (all workloads for one device count) may take "
-        "before it is stopped and marked failed (default 300)",
+        "--out",
+        type=Path,
+        default=Path("out/bench"),
+        help="directory for bench.json, the PNG plots and DDP logs (default out/bench)",
     )
     parser.add_argument("--no-plots", action="store_true", help="write bench.json only")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -217,26 +231,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Fill in every unset option from the machine (GPU or CPU) and ``--quick``."""
-    on_gpu = on_gpus()
+    pick = _picker(args.quick, on_gpus())
+    notes: list[str] = []
+    devices = _device_counts(args, notes)
+    mode = pick(args.cudnn_benchmark, "both", "off", "both" if on_gpus() else "off")
+    implementations = list(args.implementations)
+    if "single" in implementations and 1 not in devices:
+        notes.append("single is always measured on one device")
+    return Settings(
+        workloads=_workloads(args, pick),
+        devices=devices,
+        implementations=implementations,
+        cudnn_modes={"off": [False], "on": [True], "both": [False, True]}[mode],
+        warmup=pick(args.warmup, 5, 2, 2),
+        steps=max(1, pick(args.steps, 20, 5, 5)),
+        timeline_steps=pick(args.timeline_steps, 3, 3, 2),
+        lr=args.lr,
+        seed=args.seed,
+        out=args.out,
+        ddp_timeout=args.ddp_timeout,
+        progress=not args.no_progress,
+        plots=not args.no_plots,
+        notes=notes,
+    )
 
-    def pick(value: Any, gpu: Any, cpu: Any, quick: Any) -> Any:
+
+def _picker(quick: bool, on_gpu: bool) -> Callable[[Any, Any, Any, Any], Any]:
+    """``pick(value, gpu, cpu, quick)``: the value given, else the default for this run."""
+
+    def pick(value: Any, gpu: Any, cpu: Any, quick_value: Any) -> Any:
         if value is not None:
             return value
-        return quick if args.quick else (gpu if on_gpu else cpu)
+        return quick_value if quick else (gpu if on_gpu else cpu)
 
-    notes = []
+    return pick
+
+
+def _device_counts(args: argparse.Namespace, notes: list[str]) -> list[int]:
     available = device_count()
     default_counts = [n for n in (1, 2, 4, 8, 16) if n <= available] + [available]
     devices = args.devices or ([1, 2] if args.quick else sorted(set(default_counts)))
     if max(devices) > available:
-        if on_gpu:
+        if on_gpus():
             raise SystemExit(
                 f"--devices asks for {max(devices)} GPUs but only {available} are visible."
             )
         # Simulated devices are only threads: make as many as were asked for.
         os.environ[SIMULATED_DEVICES_ENV] = str(max(devices))
         notes.append(f"{SIMULATED_DEVICES_ENV} set to {max(devices)}")
+    return devices
 
+
+def _workloads(args: argparse.Namespace, pick: Callable[..., Any]) -> list[Workload]:
     workloads = []
     if "mlp" in args.workloads:
         workloads.append(
@@ -256,30 +302,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                 model=pick(args.conv_model, "auto", "auto", "small_cnn"),
             ).resolved()
         )
-    mode = pick(args.cudnn_benchmark, "both", "off", "both" if on_gpu else "off")
-    cudnn_modes = {"off": [False], "on": [True], "both": [False, True]}[mode]
-    implementations = list(args.implementations)
-    if "single" in implementations and 1 not in devices:
-        notes.append("single is always measured on one device")
-    return Settings(
-        workloads=workloads,
-        devices=devices,
-        implementations=implementations,
-        cudnn_modes=cudnn_modes,
-        warmup=pick(args.warmup, 5, 2, 2),
-        steps=max(1, pick(args.steps, 20, 5, 5)),
-        timeline_steps=pick(args.timeline_steps, 3, 3, 2),
-        lr=args.lr,
-        seed=args.seed,
-        out=args.out,
-        ddp_timeout=args.ddp_timeout,
-        progress=not args.no_progress,
-        plots=not args.no_plots,
-        notes=notes,
-    )
-
-
-# [settings]
+    return workloads
 
 
 @dataclass(frozen=True)
@@ -312,7 +335,6 @@ def groups_of(settings: Settings) -> list[Group]:
     return groups
 
 
-# [measure]
 def train_step(
     model: Callable[[torch.Tensor], torch.Tensor],
     x: torch.Tensor,
@@ -392,9 +414,6 @@ def _train_and_time(
     return times, timeline
 
 
-# [measure]
-
-
 def _row(group: Group, implementation: str, count: int) -> dict[str, Any]:
     return {
         "group": group.key,
@@ -420,7 +439,6 @@ def _summary(times: list[float], batch: int) -> dict[str, Any]:
     }
 
 
-# [ddp]
 def ddp_environment(count: int) -> dict[str, str]:
     """The environment of ``count`` DDP processes: NCCL settings, our package, CPU threads."""
     env = dict(os.environ)
@@ -494,9 +512,6 @@ def run_ddp(count: int, groups: Sequence[Group], settings: Settings) -> list[dic
     return rows
 
 
-# [ddp]
-
-
 class _Progress:
     """tqdm when it is installed, a printed line per task otherwise."""
 
@@ -527,7 +542,6 @@ class _Progress:
             self.bar.close()
 
 
-# [run]
 def run(settings: Settings, command_line: str = "") -> dict[str, Any]:
     """Measure everything ``settings`` asks for; return (and write) the report."""
     for name, value in NCCL_ENV.items():
@@ -583,9 +597,6 @@ def run(settings: Settings, command_line: str = "") -> dict[str, Any]:
         report["plots"] = write_plots(report, settings.out)
     (settings.out / "bench.json").write_text(json.dumps(report, indent=1))
     return report
-
-
-# [run]
 
 
 def _git_commit() -> dict[str, Any] | None:
