@@ -234,9 +234,7 @@ def data_parallel(
     if not inputs and not module_kwargs:
         inputs, module_kwargs = ((),), ({},)
     used = devices[: len(inputs)]
-    if len(used) == 1:  # on several devices, replicate checks as it copies
-        check_on_source_device(module, used[0])
-    replicas = replicate(module, used, not torch.is_grad_enabled())
+    replicas = replicate(module, used, not torch.is_grad_enabled())  # checks the source too
     outputs = parallel_apply(replicas, inputs, module_kwargs, used)
     return gather(outputs, output, dim)
 

@@ -10,12 +10,15 @@ A worker inherits the *caller's* per-thread settings for each job: grad mode,
 inference mode, autocast (enabled and dtype), saved-tensor hooks (such as
 ``save_on_cpu``), the current device and stream.
 
-Fork: a forked child (a DataLoader worker, say) starts with an empty pool and
-a fresh lock, and starts its own workers when it first needs them. That is
-all this module can promise: the CPU build of torch itself can hang on the
-child's first matrix product if the parent had already used torch's
-intra-op thread pool, with or without this package (use the "spawn" or
-"forkserver" start method where that matters).
+Fork: what this module guarantees is that a forked child (a DataLoader worker,
+say) starts with an empty pool and a fresh lock, even if another thread held
+the lock at the moment of the fork, and starts its own workers when it first
+needs them; a job is never handed to a worker that has been told to stop.
+Torch itself promises less: in a forked child the CPU build of torch can hang
+on the first matrix product if the parent had already used torch's intra-op
+thread pool (with or without this package), and CUDA cannot be used in a child
+forked after the parent initialised it. Where a child must compute, use the
+"spawn" or "forkserver" start method.
 """
 
 from __future__ import annotations
