@@ -14,11 +14,18 @@ import torch
 from torch import nn
 from torch.autograd.profiler import record_function
 
-from learn_parallel.devices import Device, DeviceLike, check_balance, resolve_device_ids, to_device
+from learn_parallel.devices import (
+    Device,
+    DeviceLike,
+    check_balance,
+    resolve_device_ids,
+    resolved,
+    to_device,
+)
 from learn_parallel.options import gather_except, take_scattered
 from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.phases import phase
-from learn_parallel.replicate import replicate
+from learn_parallel.replicate import replicate, wrong_device_error
 from learn_parallel.scatter_gather import gather, scatter_kwargs
 
 
@@ -28,20 +35,29 @@ def check_on_source_device(module: nn.Module, source: Device) -> None:
 
     Replicas are copied from the source device, so a tensor anywhere else would
     either be missed or break the copy halfway. The message names the tensor.
+    `replicate` makes the same check while it collects the tensors to copy, so
+    a step on several devices walks the module only once.
     """
     for kind, named in (("parameter", module.named_parameters), ("buffer", module.named_buffers)):
         for name, tensor in named():
             if tensor.device != source.torch_device:
-                raise RuntimeError(
-                    f"module must have its parameters and buffers on device {source} "
-                    f"(device_ids[0]) but {kind} '{name}' is on {tensor.device}. "
-                    f"Move the module there before the forward pass "
-                    f"(module.to('{source.torch_device}')), or put that device first "
-                    f"in device_ids."
-                )
+                raise wrong_device_error(kind, name, tensor.device, source)
 
 
 # [source-device-check]
+
+
+def wrapper_devices(module: nn.Module, device_ids: Sequence[DeviceLike] | None) -> list[Device]:
+    """The checked devices of a wrapper around ``module`` (DataParallel, TupleParallel).
+
+    Warns when the GPUs are unbalanced; with a single device there is nothing to
+    split, so the module is moved there and will simply be called on it.
+    """
+    devices = resolve_device_ids(device_ids)
+    check_balance(devices)
+    if len(devices) == 1:
+        module.to(devices[0].torch_device)
+    return devices
 
 
 # [data-parallel-init]
@@ -85,16 +101,14 @@ class DataParallel(nn.Module):
         self._set_options(
             gather_to_one_device, inputs_are_scattered, except_keywords, sort_and_gather
         )
-        self.devices: list[Device] = resolve_device_ids(device_ids)
+        # Resolved once, here: every step passes these Device values down unchanged.
+        self.devices: list[Device] = wrapper_devices(module, device_ids)
         self.device_ids: list[int] = [d.index for d in self.devices]
+        self._device_of_id = dict(zip(self.device_ids, self.devices))
         self.src_device: Device = self.devices[0]
         self.output_device: Device = (
             self.src_device if output_device is None else to_device(output_device, allow_cpu=True)
         )
-        check_balance(self.devices)
-        if len(self.devices) == 1:
-            # Nothing to split: the module will simply be called on that device.
-            self.module.to(self.src_device.torch_device)
 
     # [data-parallel-init]
 
@@ -115,7 +129,8 @@ class DataParallel(nn.Module):
     # [data-parallel-forward]
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         with record_function("learn_parallel.DataParallel.forward"):
-            check_on_source_device(self.module, self.src_device)
+            if len(self.devices) == 1:  # on several devices, replicate checks as it copies
+                check_on_source_device(self.module, self.src_device)
             with phase("scatter"):
                 inputs, kwargs = self.scatter(inputs, kwargs, self.device_ids)
             if not inputs and not kwargs:
@@ -162,8 +177,10 @@ class DataParallel(nn.Module):
     # [data-parallel-steps]
 
     def _devices_for(self, device_ids: Sequence[DeviceLike]) -> list[Device]:
-        # Ids come in as ints (PyTorch's convention); map them back to our devices.
-        return [to_device(d) for d in device_ids]
+        # Ids come in as ints (PyTorch's convention): look up the devices resolved in
+        # __init__; anything else (an override passing other ids) is checked afresh.
+        known = self._device_of_id
+        return resolved([known.get(d, d) if type(d) is int else d for d in device_ids])
 
     # [data-parallel-options]
     def _set_options(
@@ -213,12 +230,11 @@ def data_parallel(
         inputs = (inputs,) if inputs is not None else ()
     devices = resolve_device_ids(device_ids)
     output = devices[0] if output_device is None else to_device(output_device, allow_cpu=True)
-    check_on_source_device(module, devices[0])
     inputs, module_kwargs = scatter_kwargs(inputs, module_kwargs, devices, dim)
     if not inputs and not module_kwargs:
         inputs, module_kwargs = ((),), ({},)
     used = devices[: len(inputs)]
-    replicas = replicate(module, used, not torch.is_grad_enabled())
+    replicas = replicate(module, used, not torch.is_grad_enabled())  # checks the source too
     outputs = parallel_apply(replicas, inputs, module_kwargs, used)
     return gather(outputs, output, dim)
 

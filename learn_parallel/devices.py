@@ -143,6 +143,23 @@ def to_device(device: DeviceLike | Device, allow_cpu: bool = False) -> Device:
     return parsed
 
 
+def resolved(devices: Sequence[DeviceLike | Device]) -> list[Device]:
+    """``devices`` as `Device` values, checking only what is not one yet.
+
+    A `Device` was checked when `to_device` or `resolve_device_ids` made it, so
+    code that resolved its ids once (DataParallel, in ``__init__``) can pass
+    them down through scatter, replicate, parallel_apply and gather for free.
+    """
+    return [d if isinstance(d, Device) else to_device(d) for d in devices]
+
+
+def output_torch_device(device: DeviceLike | Device) -> torch.device:
+    """Where outputs are gathered: any device id, or the host (``-1``, ``"cpu"``)."""
+    if isinstance(device, Device):  # already checked where it was made
+        return device.torch_device
+    return to_device(device, allow_cpu=True).torch_device
+
+
 def _current_index(name: str) -> int:
     return torch.cuda.current_device() if name == "cuda" else 0
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from learn_parallel.devices import Device, DeviceLike, to_device
-from learn_parallel.scatter_gather import _is_namedtuple, _join, _members, _rebuild
+from learn_parallel import nested
+from learn_parallel.devices import Device, DeviceLike, output_torch_device
+from learn_parallel.scatter_gather import join
 
 
-# [check-on-device]
 def check_on_device(value: Any, device: Device, path: str, fix: str) -> None:
     """Raise unless every tensor in ``value`` sits on ``device``; ``fix`` ends the message.
 
@@ -32,14 +32,10 @@ def check_on_device(value: Any, device: Device, path: str, fix: str) -> None:
                 f"tensors live on {device.torch_device}. {fix}"
             )
         return
-    for suffix, member in _members(value) or []:
+    for suffix, member in nested.members(value) or []:
         check_on_device(member, device, path + suffix, fix)
 
 
-# [check-on-device]
-
-
-# [take-scattered]
 def take_scattered(
     inputs: Sequence[Any], kwargs: dict[str, Any] | None, devices: Sequence[Device]
 ) -> tuple[tuple[tuple[Any, ...], ...], tuple[dict[str, Any], ...]]:
@@ -57,7 +53,7 @@ def take_scattered(
     if not named:
         return (), ()
     for name, value in named:
-        if not isinstance(value, tuple | list) or _is_namedtuple(value):
+        if not isinstance(value, tuple | list) or nested.is_namedtuple(value):
             raise TypeError(
                 f"inputs_are_scattered=True expects every argument to be a tuple or list "
                 f"with one value per device, but {name} is a {type(value).__name__}. Pass "
@@ -94,10 +90,6 @@ def take_scattered(
     return per_replica_args, per_replica_kwargs
 
 
-# [take-scattered]
-
-
-# [gather-except]
 def gather_except(
     outputs: Sequence[Any],
     target_device: DeviceLike,
@@ -113,7 +105,7 @@ def gather_except(
     """
     if not outputs:
         raise ValueError("gather_except() needs at least one replica output.")
-    target = to_device(target_device, allow_cpu=True).torch_device
+    target = output_torch_device(target_device)
     keys = frozenset(except_keywords)
     return _gather_or_keep(list(outputs), target, dim, keys, not gather_to_one_device, "output")
 
@@ -123,24 +115,24 @@ def _gather_or_keep(
 ) -> Any:
     first = outputs[0]
     if not keep and not _mentions(first, keys):
-        return _join(outputs, target, dim, path)  # nothing kept apart below: plain gather
-    members = _members(first)
+        return join(outputs, target, dim, path)  # nothing kept apart below: plain gather
+    members = nested.members(first)
     if members is None:  # a leaf: a tensor, None, or any other value
         return None if all(o is None for o in outputs) else tuple(outputs)
     if not members:
         return first  # an empty container has nothing to keep apart
-    _check_alike(outputs, path)
+    nested.check_alike(outputs, path, "collect")
     if isinstance(first, dict):  # match dict members by key; a listed key keeps its subtree
         columns = [[o[key] for o in outputs] for key in first]
         keeps = [keep or key in keys for key in first]
     else:
-        columns = [list(c) for c in zip(*[[v for _, v in _members(o)] for o in outputs])]
+        columns = [list(c) for c in zip(*[[v for _, v in nested.members(o)] for o in outputs])]
         keeps = [keep] * len(columns)
     joined = [
         _gather_or_keep(column, target, dim, keys, k, path + p)
         for (p, _), column, k in zip(members, columns, keeps)
     ]
-    return _rebuild(first, joined)
+    return nested.rebuild(first, joined)
 
 
 def _mentions(obj: Any, keys: frozenset) -> bool:
@@ -149,24 +141,9 @@ def _mentions(obj: Any, keys: frozenset) -> bool:
         return False
     if isinstance(obj, dict) and not keys.isdisjoint(obj.keys()):
         return True
-    return any(_mentions(value, keys) for _, value in _members(obj) or [])
+    return any(_mentions(value, keys) for _, value in nested.members(obj) or [])
 
 
-def _check_alike(outputs: Sequence[Any], path: str) -> None:
-    first = outputs[0]
-    if any(type(o) is not type(first) or len(_members(o)) != len(_members(first)) for o in outputs):
-        raise TypeError(
-            f"Cannot collect {path}: replicas returned different structures "
-            f"({', '.join(type(o).__name__ for o in outputs)})."
-        )
-    if isinstance(first, dict) and any(o.keys() != first.keys() for o in outputs):
-        raise ValueError(f"Cannot collect {path}: the replicas' dicts have different keys.")
-
-
-# [gather-except]
-
-
-# [gather-per-device]
 def gather_per_device(per_device: Any, target_device: DeviceLike, dim: int = 0) -> Any:
     """Gather per-device tuples back into whole-batch tensors, in batch order.
 
@@ -177,19 +154,16 @@ def gather_per_device(per_device: Any, target_device: DeviceLike, dim: int = 0) 
     device id: with ``device_ids=[2, 0, 1]`` the piece on device 2 comes first,
     as it did in the input. Gradients flow back to each device's piece.
     """
-    target = to_device(target_device, allow_cpu=True).torch_device
+    target = output_torch_device(target_device)
     return _gather_tuples(per_device, target, dim, "per_device")
 
 
 def _gather_tuples(obj: Any, target: torch.device, dim: int, path: str) -> Any:
-    members = _members(obj)
+    members = nested.members(obj)
     if not members:
         return obj  # a leaf, or an empty container
     values = [value for _, value in members]
-    is_sequence = isinstance(obj, tuple | list) and not _is_namedtuple(obj)
+    is_sequence = isinstance(obj, tuple | list) and not nested.is_namedtuple(obj)
     if is_sequence and all(isinstance(v, torch.Tensor) for v in values):
-        return _join(values, target, dim, path)
-    return _rebuild(obj, [_gather_tuples(v, target, dim, path + p) for p, v in members])
-
-
-# [gather-per-device]
+        return join(values, target, dim, path)
+    return nested.rebuild(obj, [_gather_tuples(v, target, dim, path + p) for p, v in members])

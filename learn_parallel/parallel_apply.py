@@ -10,7 +10,18 @@ is kept per thread is built once and reused
 (``python -m learn_parallel.lab.persistent_workers`` measures what that saves).
 
 A worker inherits the *caller's* per-thread settings for each job: grad mode,
-inference mode, autocast (enabled and dtype), the current device and stream.
+inference mode, autocast (enabled and dtype), saved-tensor hooks (such as
+``save_on_cpu``), the current device and stream.
+
+Fork: what this module guarantees is that a forked child (a DataLoader worker,
+say) starts with an empty pool and a fresh lock, even if another thread held
+the lock at the moment of the fork, and starts its own workers when it first
+needs them; a job is never handed to a worker that has been told to stop.
+Torch itself promises less: in a forked child the CPU build of torch can hang
+on the first matrix product if the parent had already used torch's intra-op
+thread pool (with or without this package), and CUDA cannot be used in a child
+forked after the parent initialised it. Where a child must compute, use the
+"spawn" or "forkserver" start method.
 """
 
 from __future__ import annotations
@@ -23,16 +34,22 @@ import traceback
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
 
-from learn_parallel.devices import Device, DeviceLike, to_device
+from learn_parallel.devices import Device, DeviceLike, resolved, to_device
 from learn_parallel.phases import phase
 
 
 # [caller-state]
+def _saved_tensors_hooks() -> tuple[Callable, Callable] | None:
+    """The innermost ``saved_tensors_hooks`` (``save_on_cpu`` ...) of this thread, if any."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    return None if top is None else top(False)
+
+
 @dataclass(frozen=True)
 class CallerState:
     """The caller's thread-local settings that a worker must adopt for one job."""
@@ -42,6 +59,7 @@ class CallerState:
     autocast_enabled: bool
     autocast_dtype: torch.dtype
     stream: torch.cuda.Stream | None
+    saved_tensors_hooks: tuple[Callable, Callable] | None
 
     @classmethod
     def capture(cls, device: Device) -> CallerState:
@@ -52,6 +70,7 @@ class CallerState:
             autocast_enabled=torch.is_autocast_enabled(kind),
             autocast_dtype=torch.get_autocast_dtype(kind),
             stream=None if device.is_simulated else torch.cuda.current_stream(device.index),
+            saved_tensors_hooks=_saved_tensors_hooks(),
         )
 
     def applied(self, device: Device) -> ExitStack:
@@ -69,6 +88,10 @@ class CallerState:
                 enabled=self.autocast_enabled,
             )
         )
+        if self.saved_tensors_hooks is not None:
+            # The hooks stack is per thread too: without this, save_on_cpu() around a
+            # DataParallel step would keep every replica's activations on its device.
+            stack.enter_context(torch.autograd.graph.saved_tensors_hooks(*self.saved_tensors_hooks))
         return stack
 
 
@@ -76,35 +99,34 @@ class CallerState:
 
 
 # [replica-error]
-class _Verbatim(str):
-    """Keeps KeyError from printing the message as a quoted, escaped repr."""
+def _run(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
+    """``call()``'s result, or the exception it raised (this frame ends before it is kept)."""
+    try:
+        return call(), None
+    except BaseException as error:  # reported to the caller, never kills the worker
+        return None, error
 
-    def __repr__(self) -> str:
-        return str(self)
 
+def _raise_from_replica(error: BaseException, replica: int, device: Device) -> NoReturn:
+    """Raise the replica's own exception again in the caller, saying where it came from.
 
-@dataclass
-class ReplicaFailure:
-    """An exception caught in a worker, to be raised again in the caller."""
-
-    error_type: type[BaseException]
-    replica: int
-    device: Device
-    original_traceback: str
-
-    def reraise(self) -> None:
-        message = (
-            f"Caught {self.error_type.__name__} in replica {self.replica} on device "
-            f"{self.device.describe()}.\nOriginal traceback (from the worker thread):\n"
-            f"{self.original_traceback}"
-        )
-        if self.error_type is KeyError:
-            message = _Verbatim(message)
-        try:
-            error = self.error_type(message)
-        except Exception:  # an exception type whose constructor wants other arguments
-            error = RuntimeError(message)
+    The very same object goes up: its type, attributes, ``__cause__`` and the
+    worker's traceback all survive, so ``except MyError`` still catches it.
+    The replica and device are added as a note, which tracebacks print (3.11+).
+    """
+    note = (
+        f"Caught {type(error).__name__} in replica {replica} on device "
+        f"{device.describe()}; the traceback above the learn_parallel frames is "
+        f"the worker thread's."
+    )
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:  # Python 3.10 prints no notes; keep it where 3.11+ and pytest look for it
+        error.__notes__ = [*getattr(error, "__notes__", []), note]
+    try:
         raise error
+    finally:
+        del error  # a frame in the traceback that held its own exception would be a cycle
 
 
 # [replica-error]
@@ -113,8 +135,6 @@ class ReplicaFailure:
 # [worker-pool]
 _STOP = object()
 _local = threading.local()  # marks worker threads, see parallel_apply()
-_workers: dict[Device, queue.SimpleQueue] = {}
-_workers_lock = threading.Lock()
 
 
 class _Job:
@@ -124,43 +144,85 @@ class _Job:
         self.call = call
         self.done = threading.Event()
         self.result: Any = None
-        self.failure: tuple[type[BaseException], str] | None = None
+        self.failure: BaseException | None = None
+
+    def execute(self) -> None:
+        self.result, self.failure = _run(self.call)
+        if self.failure is not None:
+            # The traceback's frames would keep the replica, its inputs and its
+            # activations alive for as long as the exception lives: keep only
+            # the lines of the traceback, not its variables.
+            traceback.clear_frames(self.failure.__traceback__)
+        self.call = None  # drop the replica and its inputs as soon as possible
 
     def run(self) -> None:
-        try:
-            self.result = self.call()
-        except BaseException as error:  # reported to the caller, never kills the worker
-            # Keep the text, not the exception: its traceback would hold this
-            # frame, and so this job, in a reference cycle.
-            self.failure = (type(error), "".join(traceback.format_exception(error)))
-        finally:
-            self.call = None  # drop the replica and its inputs as soon as possible
-            self.done.set()
+        """Execute, then wake the caller (for jobs run outside a worker)."""
+        self.execute()
+        self.done.set()
 
 
-def _worker_loop(jobs: queue.SimpleQueue) -> None:
-    _local.is_worker = True
-    while True:
-        job = jobs.get()
-        if job is _STOP:
-            return
-        job.run()
-        del job  # hold nothing from the last step while idle
+class _Worker:
+    """One device's persistent thread, taking one job at a time.
+
+    ``submit`` hands a job over only while the worker is idle and running. A busy
+    worker may be waiting, inside a replica, for the very call that wants it (a
+    helper thread of the replica calling DataParallel), so queueing behind it
+    could wait forever; the caller runs such a job on a thread of its own instead.
+    """
+
+    def __init__(self, device: Device) -> None:
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.busy = False
+        self.stopped = False
+        self.thread = threading.Thread(
+            target=self._loop, name=f"learn_parallel worker {device}", daemon=True
+        )
+        self.thread.start()
+
+    def submit(self, job: _Job) -> bool:
+        with self.lock:
+            if self.busy or self.stopped:
+                return False
+            self.busy = True
+            self.jobs.put(job)
+            return True
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopped = True  # no job is accepted after the stop signal
+            self.jobs.put(_STOP)
+
+    def _loop(self) -> None:
+        _local.is_worker = True
+        while True:
+            job = self.jobs.get()
+            if job is _STOP:
+                return
+            job.execute()
+            with self.lock:
+                self.busy = False  # idle before the caller wakes and submits again
+            job.done.set()
+            del job  # hold nothing from the last step while idle
 
 
-def _queue_for(device: Device) -> queue.SimpleQueue:
-    """The job queue of ``device``'s worker, starting the worker on first use."""
+_workers: dict[Device, _Worker] = {}
+_workers_lock = threading.Lock()
+
+
+def _worker_for(device: Device) -> _Worker:
+    """``device``'s worker, started on first use."""
     with _workers_lock:
-        jobs = _workers.get(device)
-        if jobs is None:
-            jobs = _workers[device] = queue.SimpleQueue()
-            threading.Thread(
-                target=_worker_loop,
-                args=(jobs,),
-                name=f"learn_parallel worker {device}",
-                daemon=True,
-            ).start()
-        return jobs
+        worker = _workers.get(device)
+        if worker is None:
+            worker = _workers[device] = _Worker(device)
+        return worker
+
+
+def _start(job: _Job, device: Device) -> None:
+    """Run ``job`` on ``device``'s worker, or on a thread of its own if the worker is busy."""
+    if not _worker_for(device).submit(job):
+        threading.Thread(target=job.run, name=f"learn_parallel extra {device}", daemon=True).start()
 
 
 def worker_threads() -> list[threading.Thread]:
@@ -171,17 +233,24 @@ def worker_threads() -> list[threading.Thread]:
 def shutdown_workers(timeout: float = 5.0) -> None:
     """Stop every worker; the pool starts new ones if it is used again."""
     with _workers_lock:
-        queues = list(_workers.values())
+        workers = list(_workers.values())
         _workers.clear()
-    for jobs in queues:
-        jobs.put(_STOP)
-    for thread in worker_threads():
-        thread.join(timeout)
+    for worker in workers:
+        worker.stop()
+    for worker in workers:
+        worker.thread.join(timeout)
+
+
+def _after_fork_in_child() -> None:
+    # A forked child has none of the parent's threads, and a lock that some other
+    # thread held at the moment of the fork stays locked forever: start afresh.
+    global _workers_lock
+    _workers.clear()
+    _workers_lock = threading.Lock()
 
 
 atexit.register(shutdown_workers)
-# A forked child (e.g. a DataLoader worker) has none of the parent's threads.
-os.register_at_fork(after_in_child=_workers.clear)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 # [worker-pool]
 
 
@@ -218,7 +287,7 @@ def parallel_apply(
             f"parallel_apply got {len(modules)} modules, {len(kwargs_tup)} kwargs "
             f"and {len(devices)} devices; they must all have the same length."
         )
-    devices = [to_device(d) for d in devices]
+    devices = resolved(devices)
     calls = []
     for module, args, kwargs, device in zip(modules, inputs, kwargs_tup, devices):
         args = args if isinstance(args, list | tuple) else (args,)
@@ -232,18 +301,26 @@ def parallel_apply(
             job.run()
     else:
         for job, device in zip(jobs, devices):
-            _queue_for(device).put(job)
+            _start(job, device)
     for job in jobs:
         job.done.wait()
 
     for replica, (job, device) in enumerate(zip(jobs, devices)):
         if job.failure is not None:
-            error_type, original_traceback = job.failure
-            ReplicaFailure(error_type, replica, device, original_traceback).reraise()
+            # Taken out of the jobs first: a frame of the traceback that still
+            # held the exception would keep itself alive in a reference cycle.
+            _raise_from_replica(_take_failure(jobs, replica), replica, device)
     return [job.result for job in jobs]
 
 
 # [parallel-apply]
+
+
+def _take_failure(jobs: Sequence[_Job], replica: int) -> BaseException:
+    error = jobs[replica].failure
+    for job in jobs:
+        job.failure = job.result = None
+    return error
 
 
 def _bind(module: nn.Module, args, kwargs, device: Device, state: CallerState):

@@ -18,7 +18,7 @@ from torch import nn
 from torch.autograd import Function
 from torch.nn.parameter import is_lazy
 
-from learn_parallel.devices import Device, DeviceLike, to_device
+from learn_parallel.devices import Device, DeviceLike, resolved
 from learn_parallel.phases import phase
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
@@ -34,18 +34,44 @@ def copy_to_devices(tensors: Sequence[torch.Tensor], devices: Sequence[Device]) 
     replica a parameter of its own.
     """
     if not devices[0].is_simulated:
-        return torch.cuda.comm.broadcast_coalesced(list(tensors), [d.index for d in devices])
+        # Coalescing sends complex tensors as real (..., 2) views: turn them back.
+        copies = torch.cuda.comm.broadcast_coalesced(_as_real(tensors), [d.index for d in devices])
+        if not any(t.is_complex() for t in tensors):
+            return copies
+        return [list(tensors)] + [_as_complex_like(c, tensors) for c in copies[1:]]
     return [list(tensors)] + [[t.clone() for t in tensors] for _ in devices[1:]]
 
 
 def reduce_add_to_source(per_device: Sequence[Sequence[torch.Tensor]], source: Device) -> list:
     """Sum tensor ``t`` over all devices, onto the source device."""
     if not source.is_simulated:
-        return torch.cuda.comm.reduce_add_coalesced(per_device, destination=source.index)
+        summed = torch.cuda.comm.reduce_add_coalesced(
+            [_as_real(grads) for grads in per_device], destination=source.index
+        )
+        return _as_complex_like(summed, per_device[0])
     return [torch.stack(list(copies)).sum(0) for copies in zip(*per_device)]
 
 
 # [copy-to-devices]
+
+
+def _as_real(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    return [torch.view_as_real(t) if t.is_complex() else t for t in tensors]
+
+
+def _as_complex_like(
+    tensors: Sequence[torch.Tensor], like: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """Undo `_as_real` for the tensors whose counterpart in ``like`` is complex."""
+    result = []
+    for tensor, original in zip(tensors, like):
+        if original.is_complex():
+            # A slice of a coalesced buffer may start at an odd float offset.
+            if tensor.storage_offset() % 2 or not tensor.is_contiguous():
+                tensor = tensor.clone()
+            tensor = torch.view_as_complex(tensor)
+        result.append(tensor)
+    return result
 
 
 # [broadcast]
@@ -101,22 +127,48 @@ def _copies_per_device(
     return [list(flat[i : i + n]) for i in range(0, len(flat), n)]
 
 
-def _check_replicable(network: nn.Module, source: Device) -> None:
-    for name, tensor in [*network.named_parameters(), *network.named_buffers()]:
-        if is_lazy(tensor):
-            raise RuntimeError(
-                f"Cannot replicate a module with uninitialized (lazy) parameter "
-                f"'{name}'. Run one forward pass on a small batch first so its "
-                f"shape is known, then wrap it."
-            )
-        if tensor.device != source.torch_device:
-            raise RuntimeError(
-                f"replicate() copies from devices[0] = {source.describe()}, but "
-                f"'{name}' is on {tensor.device}. Move the module there first."
-            )
+def wrong_device_error(kind: str, name: str, device: torch.device, source: Device) -> RuntimeError:
+    """The error for a ``kind`` ("parameter", "buffer") named ``name`` that is not on ``source``."""
+    return RuntimeError(
+        f"module must have its parameters and buffers on device {source} "
+        f"(device_ids[0]) but {kind} '{name}' is on {device}. "
+        f"Move the module there before the forward pass "
+        f"(module.to('{source.torch_device}')), or put that device first "
+        f"in device_ids."
+    )
 
 
-# [shallow-copy]
+def _tensors_to_copy(
+    network: nn.Module, source: Device
+) -> tuple[list[nn.Module], list[torch.Tensor], list[torch.Tensor]]:
+    """Every submodule, parameter and buffer once (tied ones too), each checked on the way.
+
+    One walk over the module tree per step both collects what to copy and checks
+    it can be copied from ``source``.
+    """
+    modules, params, buffers, names = [], [], [], {}
+    for prefix, module in network.named_modules():
+        modules.append(module)
+        for table, found in ((module._parameters, params), (module._buffers, buffers)):
+            for name, tensor in table.items():
+                if tensor is None or id(tensor) in names:
+                    continue
+                qualified = names[id(tensor)] = f"{prefix}.{name}" if prefix else name
+                found.append(tensor)
+                if is_lazy(tensor):
+                    raise RuntimeError(
+                        f"Cannot replicate a module with uninitialized (lazy) parameter "
+                        f"'{qualified}'. Run one forward pass on a small batch first so its "
+                        f"shape is known, then wrap it."
+                    )
+    source_device = source.torch_device
+    for kind, tensors in (("parameter", params), ("buffer", buffers)):
+        for tensor in tensors:
+            if tensor.device != source_device:
+                raise wrong_device_error(kind, names[id(tensor)], tensor.device, source)
+    return modules, params, buffers
+
+
 _DEFAULT_SHALLOW_COPY = nn.Module._replicate_for_data_parallel
 
 
@@ -143,9 +195,6 @@ def shallow_copy(module: nn.Module) -> tuple[nn.Module, bool]:
     return replica, True
 
 
-# [shallow-copy]
-
-
 # [replicate]
 def replicate(
     network: ModuleT, devices: Sequence[DeviceLike], detach: bool = False
@@ -158,12 +207,8 @@ def replicate(
     storage with the original, which is why only its changes to buffers (such
     as BatchNorm running statistics) survive the step.
     """
-    devices = [to_device(d) for d in devices]
-    _check_replicable(network, devices[0])
-
-    modules = list(network.modules())  # each shared submodule once
-    params = list(network.parameters())  # each tied parameter once
-    buffers = list(network.buffers())
+    devices = resolved(devices)
+    modules, params, buffers = _tensors_to_copy(network, devices[0])
     grad_buffers = [b for b in buffers if b.requires_grad]
     plain_buffers = [b for b in buffers if not b.requires_grad]
 

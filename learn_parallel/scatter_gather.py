@@ -9,22 +9,22 @@ once per device.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch.autograd import Function
+from torch.nn.utils.rnn import PackedSequence
 
-from learn_parallel.devices import Device, DeviceLike, to_device
+from learn_parallel import nested
+from learn_parallel.devices import Device, DeviceLike, output_torch_device, resolved
 from learn_parallel.phases import phase
 
 
 # [scatter-function]
 class Scatter(Function):
-    """Split one tensor along ``dim`` and send piece i to ``devices[i]``.
+    """Split one tensor along ``dim`` and send piece i to torch device ``devices[i]``.
 
     With ``sizes=None`` the split is ``tensor.chunk(len(devices))``: equal,
     ceil-sized pieces, so a short batch gives *fewer* pieces than devices.
@@ -35,10 +35,7 @@ class Scatter(Function):
         ctx.dim = dim
         ctx.source = tensor.device
         pieces = tensor.chunk(len(devices), dim) if sizes is None else tensor.split(sizes, dim)
-        return tuple(
-            piece.to(device.torch_device, non_blocking=True)
-            for piece, device in zip(pieces, devices)
-        )
+        return tuple(piece.to(device, non_blocking=True) for piece, device in zip(pieces, devices))
 
     @staticmethod
     def backward(ctx, *grads):
@@ -66,20 +63,12 @@ class Gather(Function):
     @staticmethod
     def backward(ctx, grad):
         # Each slice of the gradient goes back to the device its piece came from.
-        targets = [_TorchDevice(source) for source in ctx.sources]
         with phase("grad scatter"):
-            pieces = Scatter.apply(targets, ctx.sizes, ctx.dim, grad)
+            pieces = Scatter.apply(ctx.sources, ctx.sizes, ctx.dim, grad)
         return None, None, *pieces
 
 
 # [gather-function]
-
-
-@dataclasses.dataclass(frozen=True)
-class _TorchDevice:
-    """Lets Scatter send gradient slices to plain torch devices in backward."""
-
-    torch_device: torch.device
 
 
 # --------------------------------------------------------------------------
@@ -95,51 +84,16 @@ class _Shared:
         self.plain = plain  # the very same object for every replica, no per-device copy
 
 
-def _is_namedtuple(obj: Any) -> bool:
-    return isinstance(obj, tuple) and hasattr(obj, "_fields")
-
-
-def _is_dataclass_instance(obj: Any) -> bool:
-    return dataclasses.is_dataclass(obj) and not isinstance(obj, type)
-
-
-def _members(obj: Any) -> list[tuple[str, Any]] | None:
-    """(path suffix, value) pairs of a container we know how to split, else None."""
-    if _is_namedtuple(obj):
-        return [(f".{name}", getattr(obj, name)) for name in obj._fields]
-    if isinstance(obj, tuple | list):
-        return [(f"[{i}]", value) for i, value in enumerate(obj)]
-    if isinstance(obj, dict):
-        return [(f"[{key!r}]", value) for key, value in obj.items()]
-    if _is_dataclass_instance(obj):
-        return [(f".{f.name}", getattr(obj, f.name)) for f in dataclasses.fields(obj)]
-    return None
-
-
-def _rebuild(obj: Any, values: list[Any]) -> Any:
-    """A copy of container ``obj`` holding ``values`` in place of its members."""
-    if _is_namedtuple(obj):
-        return type(obj)(*values)
-    if isinstance(obj, tuple | list):
-        return type(obj)(values)
-    if isinstance(obj, dict):
-        rebuilt = copy.copy(obj)  # keeps the dict subclass (OrderedDict, defaultdict ...)
-        rebuilt.update(zip(obj.keys(), values))
-        return rebuilt
-    rebuilt = copy.copy(obj)  # a dataclass; object.__setattr__ also works when frozen
-    for field, value in zip(dataclasses.fields(obj), values):
-        object.__setattr__(rebuilt, field.name, value)
-    return rebuilt
-
-
 def _split(obj: Any, devices: Sequence[Device], dim: int, path: str) -> list[Any] | _Shared:
     """Per-device pieces of ``obj``, or a `_Shared` value for things not split."""
     if isinstance(obj, torch.Tensor):
         if obj.dim() == 0:
             # A scalar cannot be split; every replica gets its own copy of it.
             return _Shared(lambda i: obj.to(devices[i].torch_device, non_blocking=True))
-        return list(Scatter.apply(devices, None, dim, obj))
-    members = _members(obj)
+        return list(Scatter.apply([d.torch_device for d in devices], None, dim, obj))
+    if isinstance(obj, PackedSequence):
+        raise TypeError(_PACKED_INPUT.format(path=path))
+    members = nested.members(obj)
     if not members:  # not a container, or an empty one
         return _Shared(lambda i: obj, plain=True)
 
@@ -148,7 +102,7 @@ def _split(obj: Any, devices: Sequence[Device], dim: int, path: str) -> list[Any
     if not split:
         if all(part.plain for _, part in parts):
             return _Shared(lambda i: obj, plain=True)
-        return _Shared(lambda i: _rebuild(obj, [part.piece_for(i) for _, part in parts]))
+        return _Shared(lambda i: nested.rebuild(obj, [part.piece_for(i) for _, part in parts]))
 
     counts = {len(part) for _, part in split}
     if len(counts) > 1:
@@ -162,15 +116,46 @@ def _split(obj: Any, devices: Sequence[Device], dim: int, path: str) -> list[Any
         )
     count = counts.pop()
     return [
-        _rebuild(
+        nested.rebuild(
             obj, [part.piece_for(i) if isinstance(part, _Shared) else part[i] for _, part in parts]
         )
         for i in range(count)
     ]
 
 
-def _devices(target_gpus: Sequence[DeviceLike]) -> list[Device]:
-    return [to_device(d) for d in target_gpus]
+# A PackedSequence is a namedtuple of flat time-major data, so splitting it field
+# by field would hand each replica time steps instead of sequences.
+_PACKED_INPUT = (
+    "Cannot scatter {path}: it is a PackedSequence, whose data is ordered by time "
+    "step, not by sequence, so splitting it along the batch would give each replica "
+    "time steps of every sequence instead of whole sequences. Pass the padded tensor "
+    "and the lengths instead (torch.nn.utils.rnn.pad_packed_sequence gives both) and "
+    "pack inside forward with pack_padded_sequence(x, lengths.cpu(), batch_first=..., "
+    "enforce_sorted=False)."
+)
+
+
+def _check_sizes(named: Sequence[tuple[str, Any]], dim: int) -> None:
+    """Raise unless every tensor that gets split has the same size along ``dim``.
+
+    Equal piece counts are not enough: 8 and 7 rows both make 4 pieces on 4
+    devices, but the last replica would pair 2 rows of one with 1 row of the other.
+    """
+    sizes = [
+        (path, t.size(dim))
+        for name, value in named
+        for path, t in nested.tensors(value, name)
+        if t.dim() > 0
+    ]
+    if len({size for _, size in sizes}) > 1:
+        listing = ", ".join(f"{path} has {size}" for path, size in sizes)
+        raise ValueError(
+            f"Cannot scatter tensors of different sizes along dim {dim} in one call "
+            f"({listing}): the replicas would pair rows that do not belong together. "
+            f"Give every tensor in one call the same size along dim {dim}, or pass "
+            f"the odd one as a 0-dim tensor or non-tensor value to share it with "
+            f"every replica."
+        )
 
 
 def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> list[Any]:
@@ -179,8 +164,9 @@ def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> lis
     Tensors are chunked along ``dim``; containers are split member by member
     and rebuilt; anything else is given whole to every device.
     """
-    devices = _devices(target_gpus)
+    devices = resolved(target_gpus)
     pieces = _split(inputs, devices, dim, "inputs")
+    _check_sizes([("inputs", inputs)], dim)
     if isinstance(pieces, _Shared):
         return [pieces.piece_for(i) for i in range(len(devices))]
     return pieces
@@ -198,7 +184,13 @@ def scatter_kwargs(
     gets a slice of the batch also gets its keyword arguments, and a short
     batch never leaves a replica with keywords but no positional inputs.
     """
-    both = _split((tuple(inputs), dict(kwargs or {})), _devices(target_gpus), dim, "inputs")
+    kwargs = dict(kwargs or {})
+    both = _split((tuple(inputs), kwargs), resolved(target_gpus), dim, "inputs")
+    _check_sizes(
+        [(f"argument {i}", v) for i, v in enumerate(inputs)]
+        + [(f"keyword argument {k!r}", v) for k, v in kwargs.items()],
+        dim,
+    )
     if isinstance(both, _Shared):
         if not inputs and not kwargs:
             return (), ()
@@ -237,36 +229,35 @@ def _join(outputs: Sequence[Any], target: torch.device, dim: int, path: str) -> 
         if any(o is not None for o in outputs):
             raise TypeError(f"Cannot gather {path}: some replicas returned None, others not.")
         return None
-    if isinstance(first, dict):
-        keys = [set(o.keys()) for o in outputs]
-        if any(k != keys[0] for k in keys):
-            differing = sorted(map(repr, set.union(*keys) - set.intersection(*keys)))
-            raise ValueError(
-                f"Cannot gather {path}: all dicts must have the same keys, but "
-                f"{', '.join(differing)} appear only in some replicas' outputs."
-            )
-    members = _members(first)
+    if isinstance(first, PackedSequence):
+        raise TypeError(
+            f"Cannot gather {path}: the replicas returned PackedSequences, which are "
+            f"ordered by time step, so joining them field by field would mix up the "
+            f"sequences. Return padded tensors instead "
+            f"(torch.nn.utils.rnn.pad_packed_sequence(output, batch_first=...))."
+        )
+    members = nested.members(first)
     if members is None or (not members and not isinstance(first, tuple | list | dict)):
         # Not a container: nothing to join, so keep every replica's value.
         return list(outputs)
-    if any(type(o) is not type(first) or len(_members(o)) != len(members) for o in outputs):
-        raise TypeError(
-            f"Cannot gather {path}: replicas returned different structures "
-            f"({', '.join(type(o).__name__ for o in outputs)})."
-        )
+    nested.check_alike(outputs, path)
     if isinstance(first, dict):  # match dict members by key, not by position
         per_member = zip(*[[o[key] for key in first] for o in outputs])
     else:
-        per_member = zip(*[[value for _, value in _members(o)] for o in outputs])
+        per_member = zip(*[[value for _, value in nested.members(o)] for o in outputs])
     joined = [
         _join(list(values), target, dim, path + p) for (p, _), values in zip(members, per_member)
     ]
-    return _rebuild(first, joined)
+    return nested.rebuild(first, joined)
 
 
 def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> Any:
     """Join the replicas' outputs on ``target_device`` (``-1`` or ``"cpu"`` for the host)."""
     if not outputs:
         raise ValueError("gather() needs at least one replica output.")
-    target = to_device(target_device, allow_cpu=True).torch_device
-    return _join(list(outputs), target, dim, "output")
+    return _join(list(outputs), output_torch_device(target_device), dim, "output")
+
+
+def join(outputs: Sequence[Any], target: torch.device, dim: int, path: str) -> Any:
+    """`gather`'s walk for callers that already hold the torch device and a path to report."""
+    return _join(outputs, target, dim, path)

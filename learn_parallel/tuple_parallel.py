@@ -22,11 +22,13 @@ from torch import nn
 from torch.autograd.profiler import record_function
 from torch.utils.data import default_collate
 
-from learn_parallel.data_parallel import DataParallel, check_on_source_device
+from learn_parallel import nested
+from learn_parallel.data_parallel import check_on_source_device, wrapper_devices
 from learn_parallel.devices import Device, DeviceLike
 from learn_parallel.options import check_on_device
+from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.phases import phase
-from learn_parallel.scatter_gather import _is_namedtuple, _members, _rebuild
+from learn_parallel.replicate import replicate
 
 
 # [move-to-device]
@@ -45,62 +47,70 @@ def move_to_device(value: Any, device: Device) -> Any:
         not is_container and callable(getattr(value, "to", None))
     ):
         return value.to(device.torch_device, non_blocking=True)
-    members = _members(value)
+    members = nested.members(value)
     if not members:
         return value
-    return _rebuild(value, [move_to_device(member, device) for _, member in members])
+    return nested.rebuild(value, [move_to_device(member, device) for _, member in members])
 
 
 # [move-to-device]
 
 
 # [tuple-parallel]
-class TupleParallel(DataParallel):
+class TupleParallel(nn.Module):
     """Run ``module`` on N per-device batches at once; return N outputs, left in place.
 
-    Takes DataParallel's constructor arguments (``output_device`` is accepted
-    for compatibility but unused: nothing is gathered), plus ``transfer``:
-    with ``transfer=True`` (the default) batch i is moved to device i, and the
-    keyword arguments, shared by every replica, are moved to every device; with
-    ``transfer=False`` batch i must already sit there, which is checked for
-    tensors (custom objects cannot be inspected). On simulated devices every
-    tensor lives on the CPU, so the check sees only the backing torch device.
+    ``device_ids`` and ``dim`` mean what they mean for DataParallel; there is no
+    ``output_device``, since nothing is gathered. With ``transfer=True`` (the
+    default) batch i is moved to device i, and the keyword arguments, shared by
+    every replica, are moved to every device; with ``transfer=False`` batch i
+    must already sit there, which is checked for tensors (custom objects cannot
+    be inspected). On simulated devices every tensor lives on the CPU, so the
+    check sees only the backing torch device.
     """
 
     def __init__(
         self,
         module: nn.Module,
         device_ids: Sequence[DeviceLike] | None = None,
-        output_device: DeviceLike | None = None,
         dim: int = 0,
         *,
         transfer: bool = True,
     ) -> None:
-        super().__init__(module, device_ids, output_device, dim)
+        super().__init__()
+        self.module = module
+        self.dim = dim
         self.transfer = transfer
+        self.devices: list[Device] = wrapper_devices(module, device_ids)
+        self.device_ids: list[int] = [d.index for d in self.devices]
+        self.src_device: Device = self.devices[0]
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, transfer={self.transfer}"
+        simulated = " (simulated on the CPU)" if self.src_device.is_simulated else ""
+        devices = ", ".join(map(str, self.devices))
+        return f"devices=[{devices}]{simulated}, dim={self.dim}, transfer={self.transfer}"
 
     def forward(self, batches: Sequence[Any], **kwargs: Any) -> tuple[Any, ...]:
         """``module(batches[i], **kwargs)`` on device i, for every i; returns the N outputs."""
         with record_function("learn_parallel.TupleParallel.forward"):
-            check_on_source_device(self.module, self.src_device)
+            if len(self.devices) == 1:  # on several devices, replicate checks as it copies
+                check_on_source_device(self.module, self.src_device)
             with phase("scatter"):
                 inputs, kwargs_tup = self._place(batches, kwargs)
             if len(self.devices) == 1:
                 with phase("forward", self.src_device):
                     return (self.module(*inputs[0], **kwargs_tup[0]),)
             with phase("replicate"):
-                replicas = self.replicate(self.module, self.device_ids)
-            return tuple(self.parallel_apply(replicas, inputs, kwargs_tup))
+                # Under torch.no_grad() nothing will be differentiated: skip the autograd wiring.
+                replicas = replicate(self.module, self.devices, not torch.is_grad_enabled())
+            return tuple(parallel_apply(replicas, inputs, kwargs_tup, self.devices))
 
     def _place(
         self, batches: Sequence[Any], kwargs: dict[str, Any]
     ) -> tuple[list[tuple[Any]], list[dict[str, Any]]]:
         """Per-replica (args, kwargs): batch i on device i, the kwargs on every device."""
         n = len(self.devices)
-        if not isinstance(batches, tuple | list) or _is_namedtuple(batches):
+        if not isinstance(batches, tuple | list) or nested.is_namedtuple(batches):
             raise TypeError(
                 f"TupleParallel expects a tuple of {n} batches, one per device, but got a "
                 f"{type(batches).__name__}. Split the batch first (PerDeviceCollate({n}) "
@@ -167,18 +177,11 @@ def split_batch(batch: Any, num_pieces: int, dim: int = 0) -> tuple[Any, ...]:
 
 
 def _batch_sizes(value: Any, dim: int) -> list[int]:
-    if isinstance(value, torch.Tensor):
-        return [value.size(dim)] if value.dim() > 0 else []
-    return [s for _, member in _members(value) or [] for s in _batch_sizes(member, dim)]
+    return [t.size(dim) for _, t in nested.tensors(value) if t.dim() > 0]
 
 
 def _piece(value: Any, i: int, n: int, dim: int) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.tensor_split(n, dim)[i] if value.dim() > 0 else value
-    members = _members(value)
-    if not members:
-        return value
-    return _rebuild(value, [_piece(member, i, n, dim) for _, member in members])
+    return nested.map_tensors(lambda t: t.tensor_split(n, dim)[i] if t.dim() > 0 else t, value)
 
 
 class PerDeviceCollate:

@@ -121,3 +121,36 @@ def test_quick_bench_on_gpus(tmp_path):
     assert all(r["status"] == "ok" and r["step_ms"] > 0 for r in rows), rows
     timeline = Timeline.from_dict(report["timelines"][-1]["timeline"])
     assert "host" in timeline.devices() and set(timeline.clocks.values()) == {"host", "cuda-event"}
+
+
+def test_simulate_on_a_gpu_host_benchmarks_simulated_devices(monkeypatch, tmp_path):
+    """LEARN_PARALLEL_SIMULATE=1 (set for every non-GPU test) wins over visible GPUs."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU host, not hidden
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    built = []
+
+    def build_model(workload, seed=0):
+        built.append(bench_build_model(workload, seed))
+        return built[-1]
+
+    bench_build_model = bench.build_model
+    monkeypatch.setattr(bench, "build_model", build_model)
+    options = ["--quick", "--workloads", "mlp", "--devices", "1,2", "--timeline-steps", "1"]
+    options += ["--implementations", "single,learn_parallel,torch_dp", "--no-plots"]
+    args = bench.build_parser().parse_args([*options, "--no-progress", "--out", str(tmp_path)])
+    report = bench.run(bench.settings_from_args(args))
+
+    status = {(r["implementation"], r["devices"]): r["status"] for r in report["results"]}
+    assert status == {
+        ("single", 1): "ok",
+        ("learn_parallel", 1): "ok",
+        ("learn_parallel", 2): "ok",
+        ("torch_dp", 1): "not applicable",
+        ("torch_dp", 2): "not applicable",
+    }, report["results"]
+    assert report["meta"]["hardware"]["label"] == "4 simulated CPU devices"
+    assert built and all(next(m.parameters()).device.type == "cpu" for m in built)
+    rows = {row for t in report["timelines"] for row in Timeline.from_dict(t["timeline"]).devices()}
+    assert rows == {"sim:0", "sim:1"}

@@ -47,8 +47,6 @@ def test_book_builds_without_warnings():
         assert (ROOT / "_build" / "html" / "book" / f"{chapter.stem}.html").exists(), chapter
 
 
-
-
 def test_notebooks_are_stored_with_outputs():
     """nbval compares nothing in a cell that was never run, so every code cell must have run."""
     notebooks = sorted(BOOK.glob("*.ipynb"))

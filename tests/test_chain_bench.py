@@ -19,7 +19,7 @@ def test_quick_run_writes_a_complete_record(tmp_path, capsys):
     for key in ("date", "torch_version", "python_version"):
         assert record[key]
     assert record["hardware"]["simulated"] is True
-    assert record["hardware"]["devices"][0] == "sim:0 (simulated on the CPU)"
+    assert record["hardware"]["label"] == "3 simulated CPU devices"
     assert record["config"]["quick"] is True
     assert [r["devices"] for r in record["results"]] == [2, 3]
     for result in record["results"]:

@@ -217,7 +217,7 @@ def test_broadcast_and_scatter_gradcheck_on_gpus():
         return (a * a).sum() + 2 * (b * b).sum().to("cuda:0")
 
     def round_trip(w):
-        pieces = Scatter.apply(devices, None, 0, w)
+        pieces = Scatter.apply([d.torch_device for d in devices], None, 0, w)
         return Gather.apply(torch.device("cuda:0"), 0, pieces[0] * 3, pieces[1] * pieces[1])
 
     for fn in (broadcast, round_trip):

@@ -106,7 +106,8 @@ def test_lazy_modules_are_refused():
 def test_module_must_be_on_the_first_device():
     net = nn.Linear(2, 2).to("meta")
     with pytest.raises(
-        RuntimeError, match="copies from devices\\[0\\] = sim:0.*'weight' is on meta"
+        RuntimeError,
+        match="on device sim:0 \\(device_ids\\[0\\]\\) but parameter 'weight' is on meta",
     ):
         lp.replicate(net, [0, 1])
 

@@ -145,7 +145,7 @@ def test_scatter_and_gather_gradcheck_and_gradgradcheck():
     x = torch.randn(7, 3, dtype=torch.double, requires_grad=True)
 
     def scatter_then_weight(t):
-        pieces = Scatter.apply(DEVICES, None, 0, t)
+        pieces = Scatter.apply([d.torch_device for d in DEVICES], None, 0, t)
         return tuple(p * (i + 1) for i, p in enumerate(pieces))
 
     def gather_of_pieces(a, b, c):

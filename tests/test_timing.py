@@ -14,10 +14,9 @@ import pytest
 import torch
 from torch import nn
 
-from learn_parallel import DataParallel
+from learn_parallel import DataParallel, phases
 from learn_parallel.devices import Device
-from learn_parallel.lab import timing
-from learn_parallel.lab.timing import Hardware, PhaseRecord, Recorder, Timeline, phase, record
+from learn_parallel.lab.timing import Hardware, PhaseRecord, Recorder, Timeline, phase
 
 matplotlib.use("Agg")
 
@@ -56,13 +55,13 @@ def recorded(dp) -> Timeline:
 
 
 def test_off_by_default_records_nothing(dp):
-    assert timing.active() is None
+    assert phases.set_listener(None) is None  # nobody listens
     assert phase("forward", Device("sim", 0)) is phase("scatter")  # one shared no-op
     idle = Recorder()  # made but never switched on
     _train(dp, None)
     with idle.phase("backward"):
         pass
-    assert idle.records() == []
+    assert idle.timeline().records == []
 
 
 def test_every_device_gets_every_phase_of_every_step(recorded):
@@ -99,14 +98,14 @@ def test_records_round_trip_through_json(recorded, tmp_path):
 
 
 def test_only_one_recorder_at_a_time():
-    first = record()
+    first = Recorder().start()
     try:
-        assert timing.active() is first
         with pytest.raises(RuntimeError, match="already switched on"):
             Recorder().start()
     finally:
         first.stop()
-    assert timing.active() is None
+    assert phases.set_listener(None) is None  # stopping switched the listener off
+    Recorder().start().stop()  # and another may start now
 
 
 def test_concurrent_threads_lose_no_records():
@@ -123,7 +122,7 @@ def test_concurrent_threads_lose_no_records():
             t.start()
         for t in threads:
             t.join()
-    records = recorder.records()
+    records = recorder.timeline().records
     assert len(records) == 4 * threads_per_device * spans
     assert {r.device for r in records} == {"sim:0", "sim:1", "sim:2", "sim:3"}
 
@@ -137,6 +136,13 @@ def test_hardware_labels_name_the_hardware():
     assert Hardware("sim", 1, ["simulated CPU device"], "2.13.0").label() == (
         "1 simulated CPU device"
     )
+    assert four.label(clock=True) == "4 x NVIDIA H200 (CUDA events)"
+    assert (
+        Hardware("sim", 2, [], "2.13.0").label(clock=True) == "2 simulated CPU devices (host clock)"
+    )
+    stored = four.to_dict()
+    assert stored["label"] == "4 x NVIDIA H200" and stored["simulated"] is False
+    assert Hardware.from_dict(stored) == four
 
 
 def _results() -> list[dict]:

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from learn_parallel import PerDeviceCollate, TupleParallel, device_type, split_batch
+from learn_parallel import DataParallel, PerDeviceCollate, TupleParallel, device_type, split_batch
 from learn_parallel.devices import Device
 
 TOL = {"rtol": 1e-10, "atol": 1e-12}
@@ -386,3 +386,11 @@ def test_gpu_transfer_off_refuses_a_batch_on_the_wrong_gpu():
         tp((x[:2], x[2:]))
     outputs = tp((x[:2], x[2:].to("cuda:1")))
     assert outputs[1].device == torch.device("cuda", 1)
+
+
+def test_tuple_parallel_stands_on_its_own():
+    tp = TupleParallel(nn.Linear(2, 2), device_ids=[0, 1])
+    assert not isinstance(tp, DataParallel)
+    assert not hasattr(tp, "gather") and not hasattr(tp, "output_device")
+    assert "output_device" not in repr(tp)
+    assert "devices=[sim:0, sim:1] (simulated on the CPU), dim=0, transfer=True" in repr(tp)

@@ -7,8 +7,9 @@
 # "notebooks", every chapter executed on the GPUs (needs nbclient and ipykernel).
 # PARTS picks some of them (default: "tests measure chain bench"); more parts: "workers"
 # (fresh vs persistent worker threads), "timeline" (recorded spans vs measured steps),
-# "gatherprobe" (torch's gather on odd outputs), "trace" (Perfetto traces of 2 steps).
-# Each part keeps going if another fails;
+# "gatherprobe" (torch's gather on odd outputs), "trace" (Perfetto traces of 2 steps),
+# "ddp" (our DDP vs torch's), "host_time" (host time of one forward; BEFORE=DIR also
+# times an older checkout). Each part keeps going if another fails;
 # logs and results end up in OUTDIR/results.tgz.
 set -uo pipefail
 out=${1:?usage: record_gpu_runs.sh OUTDIR [DEVICES]}
@@ -67,6 +68,22 @@ if [[ $parts == *" ddp "* ]]; then
     | tee "$work/ddp-gpu-tests.log" | tail -15
   timeout 150 python -m learn_parallel.lab.ddp_timeline --out "$work/ddp" --world 2 --steps 30 \
     --timeout 120 2>&1 | tee "$work/ddp.log" | tail -25
+fi
+if [[ $parts == *" host_time "* ]]; then
+  # Host time of one DataParallel forward (ResNet-18 when torchvision imports, batch 512,
+  # every visible GPU) for this tree and, with BEFORE=DIR (a checkout of an older commit),
+  # for that one too, alternated three times: OUTDIR/host_time/{after,before}-N.json.
+  mkdir -p "$work/host_time"
+  for round in 1 2 3; do
+    timeout 120 python -m learn_parallel.lab.host_time --json \
+      > "$work/host_time/after-$round.json" 2>> "$work/host_time.log"
+    if [[ -n ${BEFORE:-} ]]; then
+      cp learn_parallel/lab/host_time.py "$BEFORE/learn_parallel/lab/host_time.py"
+      (cd "$BEFORE" && timeout 120 python -m learn_parallel.lab.host_time --json) \
+        > "$work/host_time/before-$round.json" 2>> "$work/host_time.log"
+    fi
+  done
+  grep -h '"host_ms_median"\|"package"\|"to_device' "$work"/host_time/*.json | tee -a "$work/host_time.log"
 fi
 if [[ $parts == *" notebooks "* ]]; then
   # Each chapter, unchanged, executed on this machine's GPUs; the executed copies are kept.

@@ -29,9 +29,14 @@ from typing import Any
 import torch
 
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import SIMULATED_DEVICES_ENV, Device, device_count, device_type
+from learn_parallel.devices import (
+    SIMULATED_DEVICES_ENV,
+    device_count,
+    device_type,
+    resolve_device_ids,
+)
 from learn_parallel.lab.bench_ddp import share
-from learn_parallel.lab.timing import Recorder, describe_hardware, phase
+from learn_parallel.lab.timing import Recorder, describe_hardware, phase, step_times_ms
 from learn_parallel.lab.trace import chrome_trace
 from learn_parallel.lab.workloads import (
     CONV_MODELS,
@@ -56,7 +61,11 @@ TORCH_DP_ON_CPU = (
 SCHEMA = "learn_parallel.lab.bench/1"
 
 
-# [settings]
+def on_gpus() -> bool:
+    """Whether DataParallel runs on GPUs here (not with ``LEARN_PARALLEL_SIMULATE=1``)."""
+    return device_type() == "cuda"
+
+
 @dataclass
 class Settings:
     """A resolved benchmark run: what to measure, how long, and where to write."""
@@ -103,13 +112,13 @@ def _choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``bench`` options. Unset sizes get GPU defaults, or small ones on the CPU."""
-    on_gpu = torch.cuda.is_available()
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=Path("out/bench"),
-        help="directory for bench.json, the PNG plots and DDP logs (default out/bench)",
-    )
+    _add_what_to_measure(parser)
+    _add_run_length(parser)
+    _add_workload_sizes(parser)
+    _add_output(parser)
+
+
+def _add_what_to_measure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--devices",
         type=_int_list,
@@ -133,6 +142,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "process per device via torchrun); default: all four",
     )
     parser.add_argument(
+        "--cudnn-benchmark",
+        choices=("off", "on", "both"),
+        default=None,
+        help="torch.backends.cudnn.benchmark for the conv net; 'both' measures it twice, "
+        "since torch.nn.DataParallel's fresh threads re-tune every step with it on "
+        f"(default {'both' if on_gpus() else 'off'} here: it only matters on GPUs)",
+    )
+
+
+def _add_run_length(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="tiny models and few steps, for tests and a first look (about half a minute "
@@ -154,6 +174,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="extra steps recorded per device for the timeline plots, after the timed "
         "ones (default 3; quick 2; 0 turns recording off)",
     )
+    parser.add_argument(
+        "--ddp-timeout",
+        type=float,
+        default=300.0,
+        help="seconds one torchrun launch (all workloads for one device count) may take "
+        "before it is stopped and marked failed (default 300)",
+    )
+
+
+def _add_workload_sizes(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mlp-batch",
         type=int,
@@ -186,22 +216,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="resnet18 (needs torchvision), small_cnn (the package's own), or auto: "
         "resnet18 when torchvision imports (default auto; quick small_cnn)",
     )
-    parser.add_argument(
-        "--cudnn-benchmark",
-        choices=("off", "on", "both"),
-        default=None,
-        help="torch.backends.cudnn.benchmark for the conv net; 'both' measures it twice, "
-        "since torch.nn.DataParallel's fresh threads re-tune every step with it on "
-        f"(default {'both' if on_gpu else 'off'} here: it only matters on GPUs)",
-    )
     parser.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
     parser.add_argument("--seed", type=int, default=0, help="seed for weights and data")
+
+
+def _add_output(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--ddp-timeout",
-        type=float,
-        default=300.0,
-        help="seconds one torchrun launch (all workloads for one device count) may take "
-        "before it is stopped and marked failed (default 300)",
+        "--out",
+        type=Path,
+        default=Path("out/bench"),
+        help="directory for bench.json, the PNG plots and DDP logs (default out/bench)",
     )
     parser.add_argument("--no-plots", action="store_true", help="write bench.json only")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -218,26 +242,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Fill in every unset option from the machine (GPU or CPU) and ``--quick``."""
-    on_gpu = torch.cuda.is_available()
+    pick = _picker(args.quick, on_gpus())
+    notes: list[str] = []
+    devices = _device_counts(args, notes)
+    mode = pick(args.cudnn_benchmark, "both", "off", "both" if on_gpus() else "off")
+    implementations = list(args.implementations)
+    if "single" in implementations and 1 not in devices:
+        notes.append("single is always measured on one device")
+    return Settings(
+        workloads=_workloads(args, pick),
+        devices=devices,
+        implementations=implementations,
+        cudnn_modes={"off": [False], "on": [True], "both": [False, True]}[mode],
+        warmup=pick(args.warmup, 5, 2, 2),
+        steps=max(1, pick(args.steps, 20, 5, 5)),
+        timeline_steps=pick(args.timeline_steps, 3, 3, 2),
+        lr=args.lr,
+        seed=args.seed,
+        out=args.out,
+        ddp_timeout=args.ddp_timeout,
+        progress=not args.no_progress,
+        plots=not args.no_plots,
+        notes=notes,
+        trace=args.trace,
+    )
 
-    def pick(value: Any, gpu: Any, cpu: Any, quick: Any) -> Any:
+
+def _picker(quick: bool, on_gpu: bool) -> Callable[[Any, Any, Any, Any], Any]:
+    """``pick(value, gpu, cpu, quick)``: the value given, else the default for this run."""
+
+    def pick(value: Any, gpu: Any, cpu: Any, quick_value: Any) -> Any:
         if value is not None:
             return value
-        return quick if args.quick else (gpu if on_gpu else cpu)
+        return quick_value if quick else (gpu if on_gpu else cpu)
 
-    notes = []
+    return pick
+
+
+def _device_counts(args: argparse.Namespace, notes: list[str]) -> list[int]:
     available = device_count()
     default_counts = [n for n in (1, 2, 4, 8, 16) if n <= available] + [available]
     devices = args.devices or ([1, 2] if args.quick else sorted(set(default_counts)))
     if max(devices) > available:
-        if on_gpu:
+        if on_gpus():
             raise SystemExit(
                 f"--devices asks for {max(devices)} GPUs but only {available} are visible."
             )
         # Simulated devices are only threads: make as many as were asked for.
         os.environ[SIMULATED_DEVICES_ENV] = str(max(devices))
         notes.append(f"{SIMULATED_DEVICES_ENV} set to {max(devices)}")
+    return devices
 
+
+def _workloads(args: argparse.Namespace, pick: Callable[..., Any]) -> list[Workload]:
     workloads = []
     if "mlp" in args.workloads:
         workloads.append(
@@ -257,31 +314,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                 model=pick(args.conv_model, "auto", "auto", "small_cnn"),
             ).resolved()
         )
-    mode = pick(args.cudnn_benchmark, "both", "off", "both" if on_gpu else "off")
-    cudnn_modes = {"off": [False], "on": [True], "both": [False, True]}[mode]
-    implementations = list(args.implementations)
-    if "single" in implementations and 1 not in devices:
-        notes.append("single is always measured on one device")
-    return Settings(
-        workloads=workloads,
-        devices=devices,
-        implementations=implementations,
-        cudnn_modes=cudnn_modes,
-        warmup=pick(args.warmup, 5, 2, 2),
-        steps=max(1, pick(args.steps, 20, 5, 5)),
-        timeline_steps=pick(args.timeline_steps, 3, 3, 2),
-        lr=args.lr,
-        seed=args.seed,
-        out=args.out,
-        ddp_timeout=args.ddp_timeout,
-        progress=not args.no_progress,
-        plots=not args.no_plots,
-        notes=notes,
-        trace=args.trace,
-    )
-
-
-# [settings]
+    return workloads
 
 
 @dataclass(frozen=True)
@@ -307,22 +340,11 @@ class Group:
 def groups_of(settings: Settings) -> list[Group]:
     groups = []
     for w in settings.workloads:
-        if w.kind == "conv" and torch.cuda.is_available():
+        if w.kind == "conv" and on_gpus():
             groups += [Group(w, mode) for mode in settings.cudnn_modes]
         else:
             groups.append(Group(w, None))
     return groups
-
-
-# [measure]
-def _synchronize(count: int) -> None:
-    if torch.cuda.is_available():
-        for index in range(count):
-            torch.cuda.synchronize(index)
-
-
-def _source() -> torch.device:
-    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
 
 
 def train_step(
@@ -343,26 +365,12 @@ def train_step(
         optimizer.zero_grad(set_to_none=True)
 
 
-def time_steps(step: Callable[[], None], sync: Callable[[], None], warmup: int, steps: int):
-    """Per-step wall times in ms: warm-up steps untimed, then each step ended by ``sync``."""
-    for _ in range(warmup):
-        step()
-    sync()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
-    return times
-
-
 def measure_in_process(
     implementation: str, group: Group, count: int, settings: Settings
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Time one implementation on ``count`` devices in this process; maybe record a timeline."""
     row = _row(group, implementation, count)
-    if implementation == "torch_dp" and not torch.cuda.is_available():
+    if implementation == "torch_dp" and not on_gpus():
         row.update(status="not applicable", note=TORCH_DP_ON_CPU)
         return row, None
     torch.backends.cudnn.benchmark = bool(group.cudnn_benchmark)
@@ -381,7 +389,7 @@ def measure_in_process(
         row.update(status="failed", note=f"{type(error).__name__}: {error}"[:500])
     finally:
         gc.collect()  # the model and its replicas are gone: give their memory back
-        if torch.cuda.is_available():
+        if on_gpus():
             torch.cuda.empty_cache()
     return row, timeline
 
@@ -393,9 +401,10 @@ def _train_and_time(
     settings: Settings,
     trace: Path | None = None,
 ) -> tuple[list[float], dict[str, Any] | None]:
-    source = _source()
+    devices = resolve_device_ids(list(range(count)))
+    source = devices[0].torch_device
     model = build_model(workload, settings.seed).to(source)
-    ids = list(range(count))
+    ids = [d.index for d in devices]
     forward: Callable[[torch.Tensor], torch.Tensor]
     if implementation == "learn_parallel":
         forward = dp = DataParallel(model, device_ids=ids)
@@ -405,7 +414,7 @@ def _train_and_time(
         recorded_on = None  # torch's DataParallel has no phase marks
     else:
         # The one-device baseline marks its own forward, so its timeline has one too.
-        device = Device(device_type(), 0)
+        device = devices[0]
         recorded_on = [device]
 
         def forward(x: torch.Tensor) -> torch.Tensor:
@@ -418,7 +427,7 @@ def _train_and_time(
     def step() -> None:
         train_step(forward, x, y, workload, optimizer)
 
-    times = time_steps(step, lambda: _synchronize(count), settings.warmup, settings.steps)
+    times = step_times_ms(step, devices, settings.warmup, settings.steps)
     timeline = None
     if recorded_on is not None and settings.timeline_steps > 0:
         with Recorder(devices=recorded_on) as recorder:
@@ -430,9 +439,6 @@ def _train_and_time(
             for _ in range(2):
                 step()
     return times, timeline
-
-
-# [measure]
 
 
 def _row(group: Group, implementation: str, count: int) -> dict[str, Any]:
@@ -460,7 +466,6 @@ def _summary(times: list[float], batch: int) -> dict[str, Any]:
     }
 
 
-# [ddp]
 def ddp_environment(count: int) -> dict[str, str]:
     """The environment of ``count`` DDP processes: NCCL settings, our package, CPU threads."""
     env = dict(os.environ)
@@ -468,7 +473,7 @@ def ddp_environment(count: int) -> dict[str, str]:
         env.setdefault(name, value)
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-    if not torch.cuda.is_available():
+    if not on_gpus():
         # Share the cores the way the simulated devices share them in one process.
         env.setdefault("OMP_NUM_THREADS", str(max(1, torch.get_num_threads() // count)))
     return env
@@ -505,7 +510,7 @@ def run_ddp(count: int, groups: Sequence[Group], settings: Settings) -> list[dic
         for row in rows:
             row.update(status="failed", note=f"global batch too small for {count} processes")
         return rows
-    backend = "NCCL" if torch.cuda.is_available() else "gloo, one CPU process per device"
+    backend = "NCCL" if on_gpus() else "gloo, one CPU process per device"
     for row in rows:
         row["note"] = f"{count} process(es) via torchrun, {backend}"
     failure = ""
@@ -532,9 +537,6 @@ def run_ddp(count: int, groups: Sequence[Group], settings: Settings) -> list[dic
         else:
             row.update(status="failed", note=entry["note"])
     return rows
-
-
-# [ddp]
 
 
 class _Progress:
@@ -567,7 +569,6 @@ class _Progress:
             self.bar.close()
 
 
-# [run]
 def run(settings: Settings, command_line: str = "") -> dict[str, Any]:
     """Measure everything ``settings`` asks for; return (and write) the report."""
     for name, value in NCCL_ENV.items():
@@ -625,9 +626,6 @@ def run(settings: Settings, command_line: str = "") -> dict[str, Any]:
     return report
 
 
-# [run]
-
-
 def _git_commit() -> dict[str, Any] | None:
     root = Path(__file__).resolve().parents[2]
     try:
@@ -654,9 +652,9 @@ def _metadata(settings: Settings, command_line: str, seconds: float) -> dict[str
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": command_line,
         "git": _git_commit(),
-        "hardware": hardware.__dict__ | {"label": hardware.label()},
+        "hardware": hardware.to_dict(),
         "torch_version": torch.__version__,
-        "cudnn_version": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+        "cudnn_version": torch.backends.cudnn.version() if on_gpus() else None,
         "settings": {
             "devices": settings.devices,
             "implementations": settings.implementations,
@@ -667,7 +665,7 @@ def _metadata(settings: Settings, command_line: str, seconds: float) -> dict[str
             "seed": settings.seed,
             "notes": settings.notes,
         },
-        "nccl_env": {k: os.environ.get(k) for k in NCCL_ENV} if torch.cuda.is_available() else {},
+        "nccl_env": {k: os.environ.get(k) for k in NCCL_ENV} if on_gpus() else {},
         "duration_s": round(seconds, 1),
         "timing": "median of per-step wall times; each step ends with a synchronize of every "
         "device used; DDP: the slowest rank per step",
@@ -689,8 +687,7 @@ def write_plots(report: dict[str, Any], out: Path) -> list[str]:
     )
     from learn_parallel.lab.timing import Hardware, Timeline
 
-    hardware_data = {k: v for k, v in report["meta"]["hardware"].items() if k != "label"}
-    hardware = Hardware(**hardware_data)
+    hardware = Hardware.from_dict(report["meta"]["hardware"])
     written = []
 
     def save(fig: Any, name: str) -> None:
@@ -774,7 +771,7 @@ def run_cli(args: argparse.Namespace, argv: Sequence[str]) -> int:
     command_line = shlex.join(["python", "-m", "learn_parallel", "bench", *argv])
     report = run(settings, command_line)
     print(summary_table(report))
-    if not torch.cuda.is_available():
+    if not on_gpus():
         print("Devices are simulated on the CPU: these are host timings, not GPU times.")
     seconds = report["meta"]["duration_s"]
     print(f"\nWrote {settings.out / 'bench.json'} and {len(report['plots'])} plots in {seconds} s.")

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from learn_parallel.devices import device_type
 from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
 
 
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    if torch.cuda.is_available():
+    if device_type() == "cuda":  # LEARN_PARALLEL_SIMULATE=1 keeps DDP on the CPU too
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", device_id=device)

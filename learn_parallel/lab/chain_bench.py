@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import platform
 import statistics
 import sys
@@ -38,8 +37,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import Device, device_count, resolve_device_ids
-from learn_parallel.lab.timing import step_times_ms
+from learn_parallel.devices import device_count, resolve_device_ids
+from learn_parallel.lab.timing import describe_hardware, step_times_ms
 
 
 @dataclass(frozen=True)
@@ -137,18 +136,6 @@ def measure(n: int, config: Config) -> dict:
     }
 
 
-def hardware(devices: Sequence[Device]) -> dict:
-    info = {
-        "devices": [d.describe() for d in devices],
-        "simulated": devices[0].is_simulated,
-        "cpu": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-    }
-    if not devices[0].is_simulated:
-        info["cuda_version"] = torch.version.cuda
-    return info
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m learn_parallel.lab.chain_bench",
@@ -193,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
-        "hardware": hardware(devices),
+        "hardware": describe_hardware(devices).to_dict(),
         "config": {
             **asdict(config),
             "feature_map_mb": config.feature_map_mb,

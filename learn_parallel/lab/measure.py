@@ -40,14 +40,19 @@ from learn_parallel.devices import (
     resolve_device_ids,
     synchronize,
 )
-from learn_parallel.lab.timing import Recorder, Timeline, describe_hardware, step_times_ms
+from learn_parallel.lab.timing import (
+    Recorder,
+    Timeline,
+    describe_hardware,
+    hardware_label,
+    step_times_ms,
+)
 from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.replicate import copy_to_devices, replicate
 from learn_parallel.scatter_gather import gather, scatter
 from learn_parallel.tuple_parallel import TupleParallel, split_batch
 
 
-# [measurement]
 @dataclass
 class Measurement:
     """One chapter's numbers: a value per x position for each named series."""
@@ -65,15 +70,6 @@ class Measurement:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
         return cls(**data)
-
-
-# [measurement]
-
-
-def hardware_label(devices: Sequence[Device]) -> str:
-    """The label every plot of these numbers carries: what ran, and which clock timed it."""
-    clock = "CUDA events" if devices[0].type == "cuda" else "host clock"
-    return f"{describe_hardware(list(devices)).label()} ({clock})"
 
 
 # [median-ms]

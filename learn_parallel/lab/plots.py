@@ -65,7 +65,6 @@ def _clock_note(timeline: Timeline) -> str:
     return note
 
 
-# [plot-timeline]
 def plot_timeline(
     timeline: Timeline, step: int | None = None, title: str | None = None, ax: Any = None
 ) -> Figure:
@@ -101,9 +100,6 @@ def plot_timeline(
     hw = timeline.hardware.label()
     ax.set_title(f"{title or 'One training step, per device'}\n{hw}; {_clock_note(timeline)}")
     return fig
-
-
-# [plot-timeline]
 
 
 def phase_totals(timeline: Timeline, steps: Sequence[int] | None = None) -> dict[str, dict]:
@@ -165,7 +161,6 @@ def _by_implementation(results: Sequence[Result]) -> dict[str, list[Result]]:
     return dict(sorted(groups.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else 9))
 
 
-# [plot-scaling]
 def plot_scaling(
     results: Sequence[Result], hardware: Hardware | str, title: str = "", ax: Any = None
 ) -> Figure:
@@ -202,9 +197,6 @@ def plot_scaling(
     hw = _hardware_label(hardware, max(counts))
     ax.set_title(f"{title + ': ' if title else ''}throughput vs devices\n({hw})")
     return fig
-
-
-# [plot-scaling]
 
 
 def plot_implementations(
@@ -265,7 +257,6 @@ def plot_implementations(
     return fig
 
 
-# [plot-measurement]
 def plot_measurement(live: Measurement, recorded: Measurement | None = None) -> Figure:
     """A chapter's measurement on this machine, and beside it the same one recorded on GPUs.
 
@@ -306,6 +297,3 @@ def _draw_measurement(ax: Any, m: Measurement) -> None:
     ax.grid(axis="y", alpha=0.3)
     if len(names) > 1:
         ax.legend(fontsize=8)
-
-
-# [plot-measurement]

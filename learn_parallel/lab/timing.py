@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,6 @@ PHASES = (
 )
 
 
-# [records]
 @dataclass
 class PhaseRecord:
     """One phase on one device in one step; times in ms since recording began."""
@@ -85,7 +84,10 @@ class PhaseRecord:
 
 @dataclass
 class Hardware:
-    """What made the numbers: printed in every plot title and stored with the data."""
+    """What made the numbers: printed in every plot title and stored with the data.
+
+    The one description of the hardware that every tool in the lab writes and plots.
+    """
 
     device_type: str  # "cuda" or "sim"
     device_count: int
@@ -94,16 +96,34 @@ class Hardware:
     cuda_version: str | None = None
     python_version: str = field(default_factory=platform.python_version)
     cpu_count: int = field(default_factory=lambda: os.cpu_count() or 1)
+    cpu: str = field(default_factory=lambda: platform.processor() or platform.machine())
 
-    def label(self, count: int | None = None) -> str:
-        """``"4 x NVIDIA H200"`` or ``"4 simulated CPU devices"`` (``count`` overrides N)."""
+    @property
+    def clock(self) -> str:
+        """What timed the per-device numbers: CUDA events on GPUs, the host clock otherwise."""
+        return "CUDA events" if self.device_type == "cuda" else "host clock"
+
+    def label(self, count: int | None = None, clock: bool = False) -> str:
+        """``"4 x NVIDIA H200"`` or ``"4 simulated CPU devices"`` (``count`` overrides N).
+
+        ``clock=True`` adds the clock: ``"4 x NVIDIA H200 (CUDA events)"``.
+        """
         n = self.device_count if count is None else count
         if self.device_type != "cuda":
-            return f"{n} simulated CPU device{'s' if n != 1 else ''}"
-        names = sorted(set(self.device_names[:n])) or ["GPU"]
-        if len(names) == 1:
-            return f"{n} x {names[0]}"
-        return " + ".join(self.device_names[:n])
+            text = f"{n} simulated CPU device{'s' if n != 1 else ''}"
+        else:
+            names = sorted(set(self.device_names[:n])) or ["GPU"]
+            text = f"{n} x {names[0]}" if len(names) == 1 else " + ".join(self.device_names[:n])
+        return f"{text} ({self.clock})" if clock else text
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields, plus the label and whether the devices were simulated (for readers)."""
+        return asdict(self) | {"label": self.label(), "simulated": self.device_type != "cuda"}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Hardware:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def describe_hardware(devices: Sequence[Device] | None = None) -> Hardware:
@@ -121,6 +141,11 @@ def describe_hardware(devices: Sequence[Device] | None = None) -> Hardware:
         else ["simulated CPU device"] * count
     )
     return Hardware(kind, count, names, torch.__version__, torch.version.cuda)
+
+
+def hardware_label(devices: Sequence[Device]) -> str:
+    """The label every plot carries: what ran, and which clock timed it."""
+    return describe_hardware(list(devices)).label(clock=True)
 
 
 @dataclass
@@ -156,7 +181,7 @@ class Timeline:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Timeline:
         return cls(
-            hardware=Hardware(**data["hardware"]),
+            hardware=Hardware.from_dict(data["hardware"]),
             records=[PhaseRecord(**r) for r in data["records"]],
             clocks=dict(data["clocks"]),
         )
@@ -169,10 +194,6 @@ class Timeline:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
-# [records]
-
-
-# [recorder]
 class _Mark:
     """A point in time: a host clock reading, or a CUDA event to be resolved later."""
 
@@ -353,17 +374,11 @@ class Recorder:
             self._timeline = result
         return result
 
-    def records(self) -> list[PhaseRecord]:
-        return self.timeline().records
-
     def _ms(self, mark: _Mark, device: Device | None) -> float:
         if mark.event is None:
             return (mark.host_s - self._t0) * 1e3
         offset_s, reference = self._references[device]
         return offset_s * 1e3 + reference.elapsed_time(mark.event)
-
-
-# [recorder]
 
 
 def replica_backward(records: Sequence[PhaseRecord]) -> list[PhaseRecord]:
@@ -416,16 +431,6 @@ def step_spans(timeline: Timeline) -> list[dict[str, Any]]:
                 row["device_lag"] = row["first_device_start"] - row["host_start"]
         rows.append(row)
     return rows
-
-
-def record(devices: Sequence[DeviceLike] | None = None, host_row: bool | None = None) -> Recorder:
-    """Switch a new recorder on and return it; call ``.stop()`` when done."""
-    return Recorder(devices, host_row).start()
-
-
-def active() -> Recorder | None:
-    """The recorder switched on right now, if any."""
-    return _active
 
 
 def step_times_ms(

@@ -25,14 +25,16 @@ import re
 
 
 def failed_replica(error):
-    return int(re.search(r"on device \\w+:(\\d+)", str(error)).group(1))
+    notes = "\n".join(getattr(error, "__notes__", []))
+    return int(re.search(r"on device \\w+:(\\d+)", notes).group(1))
 """,
         "reads only one digit": """
 import re
 
 
 def failed_replica(error):
-    return int(re.search(r"in replica (\\d)", str(error)).group(1))
+    notes = "\n".join(getattr(error, "__notes__", []))
+    return int(re.search(r"in replica (\\d)", notes).group(1))
 """,
     },
 }
