@@ -25,7 +25,7 @@ import re
 
 
 def failed_replica(error):
-    notes = "\n".join(getattr(error, "__notes__", []))
+    notes = "\\n".join(getattr(error, "__notes__", []))
     return int(re.search(r"on device \\w+:(\\d+)", notes).group(1))
 """,
         "reads only one digit": """
@@ -33,7 +33,7 @@ import re
 
 
 def failed_replica(error):
-    notes = "\n".join(getattr(error, "__notes__", []))
+    notes = "\\n".join(getattr(error, "__notes__", []))
     return int(re.search(r"in replica (\\d)", notes).group(1))
 """,
     },
