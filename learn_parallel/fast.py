@@ -1,0 +1,373 @@
+"""FastDataParallel: the opt-in fast path, built from the ladder's winning rungs.
+
+`DataParallel` rebuilds its replicas every step and reduces every gradient
+after backward; that is the readable path the chapters teach. This class keeps
+the same single process and the same worker threads, but changes three things,
+each with its own switch (the "ladder" chapter measures them one by one):
+
+- **kept replicas** (always on): one replica per device is built once, its
+  parameters and buffers living in one flat buffer per dtype. Each step
+  refreshes them in place from the original with one concatenation and one
+  copy per device, instead of rebuilding modules. The replicas have their own
+  leaf parameters, as DDP's processes do; their gradients are summed into the
+  original's ``.grad`` by hooks, not by a `Broadcast` node.
+- ``overlap_reduce``: parameters are grouped into buckets in reverse order
+  (roughly the order backward produces their gradients); a bucket's gradients
+  are summed onto the source device as soon as every replica has produced
+  them, while backward still runs for earlier layers. Off: one reduce per
+  dtype after backward.
+- ``cuda_graphs``: each replica's forward and backward are captured once with
+  ``torch.cuda.make_graphed_callables`` and replayed, so a step launches one
+  graph per device instead of hundreds of kernels from threads that share the
+  GIL. GPUs only.
+
+Preconditions (checked where cheap, stated where not):
+
+- gradients reach the original through ``.backward()`` only (as with DDP:
+  ``torch.autograd.grad`` with respect to the original's parameters sees only
+  the replicas' leaves); double backward is refused;
+- the module's parameters and buffers are not replaced after wrapping (checked
+  every step); no optimizer step between a forward and its backward (the next
+  forward refreshes the replicas in place, under the tensors backward saved);
+- work runs on the default CUDA streams (checked);
+- with ``cuda_graphs``: tensor positional inputs only, the same input shapes
+  every step (checked: drop the last short batch), no data-dependent control
+  flow, no module hooks, no CPU work in forward.
+
+BatchNorm running statistics behave as in `DataParallel`: replica 0's updates
+are copied back to the original after each forward.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from learn_parallel.clone_replicate import clone_to
+from learn_parallel.data_parallel import check_on_source_device
+from learn_parallel.devices import Device, DeviceLike, resolve_device_ids, to_device
+from learn_parallel.parallel_apply import parallel_apply
+from learn_parallel.phases import phase
+from learn_parallel.scatter_gather import gather, scatter_kwargs
+
+
+# [flat-layout]
+def group_by_dtype(tensors: Sequence[torch.Tensor]) -> dict[torch.dtype, list[int]]:
+    """Positions of ``tensors`` per dtype: one flat buffer can hold only one dtype."""
+    groups: dict[torch.dtype, list[int]] = {}
+    for i, t in enumerate(tensors):
+        groups.setdefault(t.dtype, []).append(i)
+    return groups
+
+
+def move_into_flat(tensors: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """Allocate one flat buffer for ``tensors`` and make each of them a view into it."""
+    flat = torch.empty(sum(t.numel() for t in tensors), dtype=tensors[0].dtype, device=device)
+    offset = 0
+    with torch.no_grad():
+        for t in tensors:
+            view = flat[offset : offset + t.numel()].view(t.shape)
+            view.copy_(t)
+            t.data = view  # the same Parameter object, now backed by the flat buffer
+            offset += t.numel()
+    return flat
+
+
+# [flat-layout]
+
+
+class _Bucket:
+    """Parameter positions whose gradients are summed together, and this backward's count."""
+
+    def __init__(self, positions: list[int]) -> None:
+        self.positions = positions
+        self.arrived = 0
+        self.reduced = False
+
+
+class FastDataParallel(nn.Module):
+    """DataParallel with kept replicas, overlapped gradient reduction and optional CUDA graphs.
+
+    Same constructor as `learn_parallel.DataParallel` (``module``,
+    ``device_ids``, ``output_device``, ``dim``) plus the rung switches; see the
+    module docstring for what each does and what it requires.
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        device_ids: Sequence[DeviceLike] | None = None,
+        output_device: DeviceLike | None = None,
+        dim: int = 0,
+        *,
+        overlap_reduce: bool = True,
+        cuda_graphs: bool = False,
+        bucket_mb: float = 25.0,
+    ) -> None:
+        super().__init__()
+        self.module = module
+        self.dim = dim
+        self.devices: list[Device] = resolve_device_ids(device_ids)
+        self.src_device = self.devices[0]
+        self.output_device = (
+            self.src_device if output_device is None else to_device(output_device, allow_cpu=True)
+        )
+        if cuda_graphs and self.src_device.is_simulated:
+            raise ValueError(
+                "cuda_graphs=True captures CUDA graphs, which need CUDA GPUs; these devices "
+                "are simulated on the CPU. Use cuda_graphs=False here."
+            )
+        self.overlap_reduce = overlap_reduce
+        self.cuda_graphs = cuda_graphs
+        check_on_source_device(module, self.src_device)
+        self._params = list(module.parameters())
+        self._buffers_ = list(module.buffers())
+        if any(b.requires_grad for b in self._buffers_):
+            raise ValueError(
+                "FastDataParallel reduces gradients of parameters only, but the module has a "
+                "buffer that requires grad. Make it a Parameter, or use DataParallel."
+            )
+        self._build_replicas()
+        self._build_buckets(bucket_mb if overlap_reduce else float("inf"))
+        self._lock = threading.Lock()
+        self._callback_queued = False
+        self._graph_shapes: list[tuple] | None = None
+        self._used = len(self.devices)
+        self.overlapped_reductions = 0
+
+    # [kept-replicas]
+    def _build_replicas(self) -> None:
+        """One clone per device, its tensors moved into one flat buffer per dtype."""
+        self._replicas: list[nn.Module] = []  # a plain list: not submodules, not in parameters()
+        self._flats: list[dict[torch.dtype, torch.Tensor]] = []
+        self._replica_params: list[list[torch.Tensor]] = []
+        tensors = self._params + self._buffers_
+        self._groups = group_by_dtype(tensors)
+        for device in self.devices:
+            replica = clone_to(self.module, device)
+            mine = list(replica.parameters()) + list(replica.buffers())
+            flats = {
+                dtype: move_into_flat([mine[i] for i in positions], device.torch_device)
+                for dtype, positions in self._groups.items()
+            }
+            self._replicas.append(replica)
+            self._flats.append(flats)
+            self._replica_params.append(mine[: len(self._params)])
+        self._module_pairs = list(
+            zip(self.module.modules(), *(r.modules() for r in self._replicas))
+        )
+
+    def _refresh(self, count: int) -> None:
+        """Copy the original's parameters and buffers into the first ``count`` replicas.
+
+        Per dtype: one concatenation into replica 0's flat buffer, then one
+        device-to-device copy into each other replica's: a coalesced broadcast
+        with no module rebuilt.
+        """
+        tensors = self._params + self._buffers_
+        with torch.no_grad():
+            for dtype, positions in self._groups.items():
+                first = self._flats[0][dtype]
+                torch.cat([tensors[i].detach().reshape(-1) for i in positions], out=first)
+                for flats in self._flats[1:count]:
+                    flats[dtype].copy_(first, non_blocking=True)
+        # Training flags too: a submodule switched to eval() must be eval() everywhere.
+        for original, *replicas in self._module_pairs:
+            for replica in replicas[:count]:
+                replica.training = original.training
+
+    # [kept-replicas]
+
+    # [buckets]
+    def _build_buckets(self, bucket_mb: float) -> None:
+        """Group trainable parameters, last first, into buckets of about ``bucket_mb`` per dtype."""
+        limit = bucket_mb * 2**20
+        self._buckets: list[_Bucket] = []
+        open_bucket: dict[torch.dtype, tuple[list[int], int]] = {}
+        for i in reversed(range(len(self._params))):
+            p = self._params[i]
+            if not p.requires_grad:
+                continue
+            positions, size = open_bucket.get(p.dtype, ([], 0))
+            positions.append(i)
+            size += p.numel() * p.element_size()
+            if size >= limit:
+                self._buckets.append(_Bucket(positions))
+                positions, size = [], 0
+            open_bucket[p.dtype] = (positions, size)
+        self._buckets += [_Bucket(positions) for positions, _ in open_bucket.values() if positions]
+        self._bucket_of = {i: b for b in self._buckets for i in b.positions}
+        for k, params in enumerate(self._replica_params):
+            for i, p in enumerate(params):
+                if p.requires_grad:
+                    p.register_post_accumulate_grad_hook(self._hook(i))
+
+    def _hook(self, position: int):
+        def on_gradient(param: torch.Tensor) -> None:
+            self._gradient_ready(position)
+
+        return on_gradient
+
+    def _gradient_ready(self, position: int) -> None:
+        """Runs in an autograd thread each time one replica's gradient is accumulated."""
+        bucket = self._bucket_of.get(position)
+        with self._lock:
+            if not self._callback_queued:
+                self._callback_queued = True
+                # Run _finish_backward once backward is over (as DDP does).
+                torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
+            if bucket is None:
+                return
+            bucket.arrived += 1
+            # Each leaf accumulates at most once per backward, so a full count
+            # means every replica has this bucket's final gradients.
+            ready = bucket.arrived == len(bucket.positions) * self._used and self.overlap_reduce
+            if ready:
+                bucket.reduced = True
+        if ready:
+            self._reduce(bucket)
+            self.overlapped_reductions += 1  # how many buckets were reduced inside backward
+
+    def _finish_backward(self) -> None:
+        with self._lock:
+            self._callback_queued = False
+            pending = [b for b in self._buckets if not b.reduced]
+            for b in self._buckets:
+                b.arrived, b.reduced = 0, False
+        for bucket in pending:
+            self._reduce(bucket)
+        for params in self._replica_params:
+            for p in params:
+                p.grad = None
+
+    def _reduce(self, bucket: _Bucket) -> None:
+        """Sum one bucket's gradients over the replicas into the original's ``.grad``."""
+        replicas = self._replica_params[: self._used]
+        live = [i for i in bucket.positions if any(r[i].grad is not None for r in replicas)]
+        if not live:
+            return
+        flats = []
+        for r in replicas:
+            grads = [r[i].grad if r[i].grad is not None else torch.zeros_like(r[i]) for i in live]
+            if any(g.requires_grad for g in grads):
+                raise RuntimeError(
+                    "FastDataParallel does not support double backward (create_graph=True): "
+                    "its gradient reduction is not differentiable. Use DataParallel."
+                )
+            flats.append(torch.cat([g.reshape(-1) for g in grads]))
+        source = self.src_device.torch_device
+        total = flats[0]
+        for flat in flats[1:]:
+            total.add_(flat.to(source, non_blocking=True))
+        offset = 0
+        for i in live:
+            p = self._params[i]
+            view = total[offset : offset + p.numel()].view(p.shape)
+            offset += p.numel()
+            if p.grad is None:
+                p.grad = view
+            else:
+                p.grad.add_(view)
+
+    # [buckets]
+
+    # [forward]
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        self._check_source()
+        with phase("scatter"):
+            inputs, kwargs = scatter_kwargs(inputs, kwargs, self.devices, self.dim)
+        if not inputs and not kwargs:
+            inputs, kwargs = ((),), ({},)
+        if len(self.devices) == 1:
+            with phase("forward", self.src_device):
+                return self.module(*inputs[0], **kwargs[0])
+        self._used = len(inputs)
+        if self.cuda_graphs and torch.is_grad_enabled() and self.module.training:
+            # Before the refresh: capturing runs warm-up steps that touch the buffers.
+            self._graph_replicas(inputs, kwargs)
+        with phase("replicate"):
+            self._refresh(self._used)
+        replicas = self._replicas[: self._used]
+        outputs = parallel_apply(replicas, inputs, kwargs, self.devices[: self._used])
+        self._copy_back_buffers()
+        with phase("gather"):
+            return gather(outputs, self.output_device, dim=self.dim)
+
+    # [forward]
+
+    def _copy_back_buffers(self) -> None:
+        """Replica 0's buffers (BatchNorm statistics) become the original's, as in DataParallel."""
+        if self._buffers_ and self.module.training:
+            mine = list(self._replicas[0].buffers())
+            with torch.no_grad():
+                torch._foreach_copy_(self._buffers_, mine)
+
+    def _check_source(self) -> None:
+        for expected, tensor in zip(self._params + self._buffers_, self._all_tensors(), strict=False):
+            if expected is not tensor:
+                raise RuntimeError(
+                    "The wrapped module's parameters or buffers were replaced after "
+                    "FastDataParallel was built (module.to(), a new Parameter, ...), so its "
+                    "kept replicas no longer match. Wrap the module again."
+                )
+        check_on_source_device(self.module, self.src_device)
+        if self.overlap_reduce and not self.src_device.is_simulated:
+            for d in self.devices:
+                if torch.cuda.current_stream(d.index) != torch.cuda.default_stream(d.index):
+                    raise RuntimeError(
+                        f"FastDataParallel(overlap_reduce=True) reduces gradients on the default "
+                        f"streams, but the current stream of {d} is another one. Run it on the "
+                        f"default streams, or pass overlap_reduce=False."
+                    )
+
+    def _all_tensors(self) -> list[torch.Tensor]:
+        tensors = list(self.module.parameters()) + list(self.module.buffers())
+        if len(tensors) != len(self._params) + len(self._buffers_):
+            return [None] * len(tensors)  # a count mismatch: replaced for sure
+        return tensors
+
+    # [graphs]
+    def _graph_replicas(self, inputs: Sequence[tuple], kwargs: Sequence[dict]) -> None:
+        """Capture every replica's forward and backward once; refuse a change of shapes."""
+        shapes = [tuple(getattr(a, "shape", None) for a in args) for args in inputs]
+        if self._graph_shapes is not None:
+            if shapes != self._graph_shapes:
+                raise ValueError(
+                    f"cuda_graphs=True replays graphs captured for input shapes "
+                    f"{self._graph_shapes}, but this step's are {shapes}. Keep every batch "
+                    f"the same size (DataLoader(drop_last=True)), or pass cuda_graphs=False."
+                )
+            return
+        if any(kwargs) or not all(isinstance(a, torch.Tensor) for args in inputs for a in args):
+            raise ValueError(
+                "cuda_graphs=True can capture forward(*tensors) only: pass every input as a "
+                "positional tensor, or pass cuda_graphs=False."
+            )
+        for replica, args, device in zip(self._replicas, inputs, self.devices):
+            # The sample inputs become the graph's input buffers, which every replay
+            # overwrites: give it copies, never the caller's tensors.
+            sample = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
+            with torch.cuda.device(device.index):
+                torch.cuda.make_graphed_callables(replica, sample)
+        self._graph_shapes = shapes
+
+    # [graphs]
+
+    def train(self, mode: bool = True) -> FastDataParallel:
+        super().train(mode)
+        for replica in self._replicas:
+            replica.train(mode)
+        return self
+
+    def extra_repr(self) -> str:
+        simulated = " (simulated on the CPU)" if self.src_device.is_simulated else ""
+        devices = ", ".join(map(str, self.devices))
+        return (
+            f"devices=[{devices}]{simulated}, output_device={self.output_device}, dim={self.dim}, "
+            f"overlap_reduce={self.overlap_reduce}, cuda_graphs={self.cuda_graphs}, "
+            f"buckets={len(self._buckets)}"
+        )
