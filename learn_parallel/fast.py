@@ -201,7 +201,7 @@ class FastDataParallel(nn.Module):
             open_bucket[p.dtype] = (positions, size)
         self._buckets += [_Bucket(positions) for positions, _ in open_bucket.values() if positions]
         self._bucket_of = {i: b for b in self._buckets for i in b.positions}
-        for k, params in enumerate(self._replica_params):
+        for params in self._replica_params:
             for i, p in enumerate(params):
                 if p.requires_grad:
                     p.register_post_accumulate_grad_hook(self._hook(i))
@@ -307,7 +307,8 @@ class FastDataParallel(nn.Module):
                 torch._foreach_copy_(self._buffers_, mine)
 
     def _check_source(self) -> None:
-        for expected, tensor in zip(self._params + self._buffers_, self._all_tensors(), strict=False):
+        expected_tensors = self._params + self._buffers_
+        for expected, tensor in zip(expected_tensors, self._all_tensors(), strict=False):
             if expected is not tensor:
                 raise RuntimeError(
                     "The wrapped module's parameters or buffers were replaced after "

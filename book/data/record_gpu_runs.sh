@@ -4,7 +4,8 @@
 # GPU tests, each chapter's per-device measurement (learn_parallel.lab.measure), the
 # chain benchmark (scattered vs gather-then-rescatter) and the main benchmark
 # (learn_parallel vs torch.nn.DataParallel vs DDP), and with PARTS including
-# "notebooks", every chapter executed on the GPUs (needs nbclient and ipykernel).
+# "notebooks", every chapter executed on the GPUs (needs nbclient and ipykernel); "clone"
+# (the two replicate strategies) and "ladder" (single process vs DDP, rung by rung) on 2 GPUs.
 # PARTS picks some of them (default: "tests measure chain bench"). Each part keeps going if another fails;
 # logs and results end up in OUTDIR/results.tgz.
 set -uo pipefail
@@ -29,6 +30,16 @@ fi
 if [[ $parts == *" bench "* ]]; then
   timeout 420 python -m learn_parallel bench --devices "$devices" --no-progress \
     --out "$work/bench" 2>&1 | tee "$work/bench.log" | tail -40
+fi
+if [[ $parts == *" clone "* ]]; then
+  # Both replicate strategies (broadcast, libtorch's clone) on 2 GPUs: clone/clone.json.
+  timeout 240 python -m learn_parallel.lab.ladder --set clone --devices 2 \
+    --out "$work/clone" 2>&1 | tee "$work/clone.log" | tail -20
+fi
+if [[ $parts == *" ladder "* ]]; then
+  # torch DP -> ... -> FastDataParallel rungs -> DDP on 2 GPUs: ladder/ladder.json.
+  timeout 240 python -m learn_parallel.lab.ladder --set ladder --devices 2 \
+    --out "$work/ladder" 2>&1 | tee "$work/ladder.log" | tail -25
 fi
 if [[ $parts == *" notebooks "* ]]; then
   # Each chapter, unchanged, executed on this machine's GPUs; the executed copies are kept.
