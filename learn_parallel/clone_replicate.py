@@ -83,6 +83,37 @@ def clone_to(module: ModuleT, device: Device) -> ModuleT:
 # [clone]
 
 
+# [clone-module-by-module]
+def clone_module_by_module(module: ModuleT, device: Device) -> ModuleT:
+    """What C++'s ``Cloneable::clone`` does to sharing: each module copies its own tensors.
+
+    A copy of the module object per submodule *occurrence*, each with fresh
+    copies of the tensors registered on it. A tensor registered on two modules
+    (tied weights) becomes two tensors; a submodule listed twice becomes two.
+    Only for comparison: the package's clone strategy uses `clone_to`.
+    """
+    copied = copy.copy(module)  # the Python attributes, shared; the three tables, replaced below
+    with torch.no_grad():
+        copied._parameters = {
+            name: None
+            if p is None
+            else nn.Parameter(p.detach().to(device.torch_device, copy=True), p.requires_grad)
+            for name, p in module._parameters.items()
+        }
+        copied._buffers = {
+            name: None if b is None else b.detach().to(device.torch_device, copy=True)
+            for name, b in module._buffers.items()
+        }
+    copied._modules = {
+        name: None if child is None else clone_module_by_module(child, device)
+        for name, child in module._modules.items()
+    }
+    return copied
+
+
+# [clone-module-by-module]
+
+
 # [clone-replicate]
 def clone_replicate(
     network: ModuleT, devices: Sequence[DeviceLike], detach: bool = False
