@@ -187,6 +187,7 @@ def run(
     ddp: bool,
     ddp_timeout: float,
     command: str,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Measure every rung of ``which`` (``"ladder"`` or ``"clone"``), write and return the JSON."""
     out.mkdir(parents=True, exist_ok=True)
@@ -196,7 +197,8 @@ def run(
     host: dict[str, dict[str, float]] = {}
     for workload in workloads:
         for rung in rungs:
-            print(f"{workload.kind}: {rung.name}, {count} devices", file=sys.stderr, flush=True)
+            if progress:
+                print(f"{workload.kind}: {rung.name}, {count} devices", file=sys.stderr, flush=True)
             rows.append(measure_rung(rung, workload, count, warmup, steps, timeline_steps))
         if which == "clone":
             host[workload.kind] = replicate_host_ms(workload, count)
