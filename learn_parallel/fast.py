@@ -7,7 +7,7 @@ each with its own switch (the "ladder" chapter measures them one by one):
 
 - **kept replicas** (always on): one replica per device is built once, its
   parameters and buffers living in one flat buffer per dtype. Each step
-  refreshes them in place from the original with one concatenation and one
+  refreshes them in place from the original with one multi-tensor copy and one
   copy per device, instead of rebuilding modules. The replicas have their own
   leaf parameters, as DDP's processes do; their gradients are summed into the
   original's ``.grad`` by hooks, not by a `Broadcast` node.
@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -133,6 +134,13 @@ class FastDataParallel(nn.Module):
             )
         self._build_replicas()
         self._build_buckets(bucket_mb if overlap_reduce else float("inf"))
+        # On GPUs, buckets reduced during backward run on side streams, so that the
+        # copies do not hold up the compute streams (see _reduce).
+        self._side_streams = (
+            [torch.cuda.Stream(d.index) for d in self.devices]
+            if overlap_reduce and not self.src_device.is_simulated
+            else None
+        )
         self._lock = threading.Lock()
         self._callback_queued = False
         self._graph_shapes: list[tuple] | None = None
@@ -157,6 +165,11 @@ class FastDataParallel(nn.Module):
             self._replicas.append(replica)
             self._flats.append(flats)
             self._replica_params.append(mine[: len(self._params)])
+            if device is self.devices[0]:
+                # Replica 0's tensors per dtype, the targets of each step's refresh.
+                self._first_views = {d: [mine[i] for i in p] for d, p in self._groups.items()}
+                self._first_buffers = mine[len(self._params) :]
+        self._originals = {d: [tensors[i] for i in p] for d, p in self._groups.items()}
         self._module_pairs = list(
             zip(self.module.modules(), *(r.modules() for r in self._replicas))
         )
@@ -164,17 +177,15 @@ class FastDataParallel(nn.Module):
     def _refresh(self, count: int) -> None:
         """Copy the original's parameters and buffers into the first ``count`` replicas.
 
-        Per dtype: one concatenation into replica 0's flat buffer, then one
-        device-to-device copy into each other replica's: a coalesced broadcast
-        with no module rebuilt.
+        Per dtype: one multi-tensor copy into replica 0's flat buffer, then one
+        device-to-device copy of that buffer into each other replica's: a
+        coalesced broadcast, with no module rebuilt.
         """
-        tensors = self._params + self._buffers_
         with torch.no_grad():
-            for dtype, positions in self._groups.items():
-                first = self._flats[0][dtype]
-                torch.cat([tensors[i].detach().reshape(-1) for i in positions], out=first)
+            for dtype, originals in self._originals.items():
+                torch._foreach_copy_(self._first_views[dtype], originals)
                 for flats in self._flats[1:count]:
-                    flats[dtype].copy_(first, non_blocking=True)
+                    flats[dtype].copy_(self._flats[0][dtype], non_blocking=True)
         # Training flags too: a submodule switched to eval() must be eval() everywhere.
         for original, *replicas in self._module_pairs:
             for replica in replicas[:count]:
@@ -229,7 +240,7 @@ class FastDataParallel(nn.Module):
             if ready:
                 bucket.reduced = True
         if ready:
-            self._reduce(bucket)
+            self._reduce(bucket, self._side_streams)
             self.overlapped_reductions += 1  # how many buckets were reduced inside backward
 
     def _finish_backward(self) -> None:
@@ -240,19 +251,43 @@ class FastDataParallel(nn.Module):
                 b.arrived, b.reduced = 0, False
         for bucket in pending:
             self._reduce(bucket)
+        if self._side_streams is not None:
+            # The optimizer reads the sums on the current streams: wait for the side streams.
+            for device, side in zip(self.devices, self._side_streams):
+                torch.cuda.current_stream(device.index).wait_stream(side)
         for params in self._replica_params:
             for p in params:
                 p.grad = None
 
-    def _reduce(self, bucket: _Bucket) -> None:
-        """Sum one bucket's gradients over the replicas into the original's ``.grad``."""
+    def _reduce(self, bucket: _Bucket, side_streams: list | None = None) -> None:
+        """Sum one bucket's gradients over the replicas into the original's ``.grad``.
+
+        With ``side_streams`` (GPUs, during backward) the work runs on one side
+        stream per device. Each waits for its device's compute stream first; a
+        cross-device copy synchronises the current streams of both devices, and
+        on the compute streams that would stall the source's backward until the
+        copy is done.
+        """
+        if side_streams is None:
+            self._sum_into_originals(bucket, None)
+            return
+        with ExitStack() as streams:
+            for device, side in zip(self.devices[: self._used], side_streams):
+                side.wait_stream(torch.cuda.default_stream(device.index))
+                streams.enter_context(torch.cuda.stream(side))
+            self._sum_into_originals(bucket, side_streams)
+
+    def _sum_into_originals(self, bucket: _Bucket, side_streams: list | None) -> None:
         replicas = self._replica_params[: self._used]
         live = [i for i in bucket.positions if any(r[i].grad is not None for r in replicas)]
         if not live:
             return
         flats = []
-        for r in replicas:
+        for k, r in enumerate(replicas):
             grads = [r[i].grad if r[i].grad is not None else torch.zeros_like(r[i]) for i in live]
+            if side_streams is not None:
+                for g in grads:  # read on a side stream: keep the memory until it is done
+                    g.record_stream(side_streams[k])
             if any(g.requires_grad for g in grads):
                 raise RuntimeError(
                     "FastDataParallel does not support double backward (create_graph=True): "
@@ -263,6 +298,8 @@ class FastDataParallel(nn.Module):
         total = flats[0]
         for flat in flats[1:]:
             total.add_(flat.to(source, non_blocking=True))
+        if side_streams is not None:  # made on a side stream, used on the compute stream
+            total.record_stream(torch.cuda.default_stream(self.src_device.index))
         offset = 0
         for i in live:
             p = self._params[i]
@@ -302,9 +339,8 @@ class FastDataParallel(nn.Module):
     def _copy_back_buffers(self) -> None:
         """Replica 0's buffers (BatchNorm statistics) become the original's, as in DataParallel."""
         if self._buffers_ and self.module.training:
-            mine = list(self._replicas[0].buffers())
             with torch.no_grad():
-                torch._foreach_copy_(self._buffers_, mine)
+                torch._foreach_copy_(self._buffers_, self._first_buffers)
 
     def _check_source(self) -> None:
         expected_tensors = self._params + self._buffers_
@@ -315,7 +351,9 @@ class FastDataParallel(nn.Module):
                     "FastDataParallel was built (module.to(), a new Parameter, ...), so its "
                     "kept replicas no longer match. Wrap the module again."
                 )
-        check_on_source_device(self.module, self.src_device)
+        source = self.src_device.torch_device
+        if any(t.device != source for t in expected_tensors):
+            check_on_source_device(self.module, self.src_device)  # raises, naming the tensor
         if self.overlap_reduce and not self.src_device.is_simulated:
             for d in self.devices:
                 if torch.cuda.current_stream(d.index) != torch.cuda.default_stream(d.index):

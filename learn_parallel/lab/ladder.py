@@ -72,7 +72,7 @@ LADDER = (
          "(learn_parallel.DataParallel as the chapters teach it)", "none", False,
          lambda m, ids: DataParallel(m, device_ids=ids)),
     Rung("kept_replicas", "replicas built once and kept; each step refreshes their flat "
-         "parameter buffers with one concatenation and one copy per device; one gradient "
+         "parameter buffers with one multi-tensor copy and one copy per device; one gradient "
          "reduce per dtype after backward", "parameters and buffers not replaced after "
          "wrapping; gradients through .backward() only", False,
          lambda m, ids: FastDataParallel(m, ids, overlap_reduce=False)),
