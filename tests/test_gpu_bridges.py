@@ -6,6 +6,8 @@ are compared between strategies. Run with ``pytest -m gpu`` on a 2-GPU machine.
 """
 
 import copy
+import json
+import signal
 
 import pytest
 import torch
@@ -17,6 +19,20 @@ from learn_parallel.lab import ladder
 
 pytestmark = pytest.mark.gpu
 TOL = {"rtol": 1e-9, "atol": 1e-11}  # float64; reduction order differs from one device
+
+
+@pytest.fixture(autouse=True)
+def _time_limit():
+    """Fail a test that hangs (say, waiting on a worker) instead of stalling the whole run."""
+
+    def stop(signum, frame):
+        raise TimeoutError("test_gpu_bridges: a test ran for more than 120 s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(120)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
 
 
 def conv_net(batch_norm=False):
@@ -163,8 +179,6 @@ def test_clone_double_backward_on_gpus():
 
 def test_ladder_quick_run_on_gpus(tmp_path):
     assert ladder.main(["--out", str(tmp_path), "--quick", "--no-ddp", "--steps", "3"]) == 0
-    import json
-
     report = json.loads((tmp_path / "ladder.json").read_text())
     failed = [(r["rung"], r["workload"], r["note"]) for r in report["rows"] if r["status"] != "ok"]
     assert not failed, failed
