@@ -239,9 +239,9 @@ class FastDataParallel(nn.Module):
             ready = bucket.arrived == len(bucket.positions) * self._used and self.overlap_reduce
             if ready:
                 bucket.reduced = True
+                self.overlapped_reductions += 1  # buckets reduced inside backward, ever
         if ready:
             self._reduce(bucket, self._side_streams)
-            self.overlapped_reductions += 1  # how many buckets were reduced inside backward
 
     def _finish_backward(self) -> None:
         with self._lock:
