@@ -193,3 +193,13 @@ def test_copy_of_model_is_untouched_by_clone():
     assert replicas[1][0].weight.device == torch.device("cuda:1")
     for a, b in zip(model.parameters(), before.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_cuda_graphs_captured_in_training_run_eval_eagerly():
+    model = conv_net(batch_norm=True).to("cuda:0")
+    fast = FastDataParallel(model, [0, 1], cuda_graphs=True)
+    x = batches()[0][0].to("cuda:0")
+    fast(x).sum().backward()  # captures the graphs, in training mode
+    fast.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x).cpu(), model(x).cpu(), **TOL)
