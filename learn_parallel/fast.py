@@ -29,10 +29,15 @@ Preconditions (checked where cheap, stated where not):
 - the module's parameters and buffers are not replaced after wrapping (checked
   every step); no optimizer step between a forward and its backward (the next
   forward refreshes the replicas in place, under the tensors backward saved);
-- work runs on the default CUDA streams (checked);
+- forward and backward run on the same CUDA streams (the caller's current
+  ones, which the worker threads adopt);
 - with ``cuda_graphs``: tensor positional inputs only, the same input shapes
   every step (checked: drop the last short batch), no data-dependent control
-  flow, no module hooks, no CPU work in forward.
+  flow, no module hooks, no CPU work in forward. Capture happens once, in the
+  calling thread, one replica at a time, before any worker runs; a capture that
+  fails leaves the wrapper refusing further steps with the original error
+  (CUDA's random number generator of that device can stay in capture mode after
+  a failed capture, so start a new process).
 
 BatchNorm running statistics behave as in `DataParallel`: replica 0's updates
 are copied back to the original after each forward.
@@ -41,8 +46,8 @@ are copied back to the original after each forward.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from contextlib import ExitStack
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
@@ -81,13 +86,51 @@ def move_into_flat(tensors: Sequence[torch.Tensor], device: torch.device) -> tor
 # [flat-layout]
 
 
+@contextmanager
+def restored_cuda_streams(devices: Sequence[Device]) -> Iterator[None]:
+    """Give back the caller's current device and streams however the body ends.
+
+    ``torch.cuda.graph`` leaves its capture stream current when ending the
+    capture raises, and every later step on that device would then run on it.
+    """
+    device = torch.cuda.current_device()
+    streams = [torch.cuda.current_stream(d.index) for d in devices]
+    try:
+        yield
+    finally:
+        for stream in streams:
+            torch.cuda.set_stream(stream)  # also makes the stream's device current
+        torch.cuda.set_device(device)
+
+
+@contextmanager
+def capture_stream_on(index: int) -> Iterator[None]:
+    """Make ``torch.cuda.graph`` capture on a stream of device ``index``.
+
+    ``make_graphed_callables`` passes no stream to ``torch.cuda.graph``, which
+    then uses one class-wide capture stream created on whichever device was
+    current at the first capture. Capturing a replica on another device with it
+    puts the replica's kernels on that device's default stream instead, and the
+    capture fails (``operation not permitted when stream is capturing``).
+    """
+    previous = torch.cuda.graph.default_capture_stream
+    torch.cuda.graph.default_capture_stream = torch.cuda.Stream(index)
+    try:
+        yield
+    finally:
+        torch.cuda.graph.default_capture_stream = previous
+
+
 class _Bucket:
     """Parameter positions whose gradients are summed together, and this backward's count."""
 
-    def __init__(self, positions: list[int]) -> None:
+    def __init__(self, positions: list[int], replicas: int) -> None:
         self.positions = positions
         self.arrived = 0
         self.reduced = False
+        # Per replica, the stream its gradients were accumulated on (GPUs): the
+        # reduce must wait for that stream, which is not always the caller's.
+        self.streams: list[torch.cuda.Stream | None] = [None] * replicas
 
 
 class FastDataParallel(nn.Module):
@@ -144,6 +187,8 @@ class FastDataParallel(nn.Module):
         self._lock = threading.Lock()
         self._callback_queued = False
         self._graph_shapes: list[tuple] | None = None
+        self._graph_error: str | None = None  # why capturing failed, once it has
+        self._caller_streams: list[torch.cuda.Stream] = []  # set by each forward on GPUs
         self._used = len(self.devices)
         self.overlapped_reductions = 0
 
@@ -186,7 +231,10 @@ class FastDataParallel(nn.Module):
                 torch._foreach_copy_(self._first_views[dtype], originals)
                 for flats in self._flats[1:count]:
                     flats[dtype].copy_(self._flats[0][dtype], non_blocking=True)
-        # Training flags too: a submodule switched to eval() must be eval() everywhere.
+        self._copy_training_flags(count)
+
+    def _copy_training_flags(self, count: int) -> None:
+        """A submodule switched to eval() must be eval() in every replica too."""
         for original, *replicas in self._module_pairs:
             for replica in replicas[:count]:
                 replica.training = original.training
@@ -207,25 +255,35 @@ class FastDataParallel(nn.Module):
             positions.append(i)
             size += p.numel() * p.element_size()
             if size >= limit:
-                self._buckets.append(_Bucket(positions))
+                self._buckets.append(_Bucket(positions, len(self.devices)))
                 positions, size = [], 0
             open_bucket[p.dtype] = (positions, size)
-        self._buckets += [_Bucket(positions) for positions, _ in open_bucket.values() if positions]
+        self._buckets += [
+            _Bucket(positions, len(self.devices))
+            for positions, _ in open_bucket.values()
+            if positions
+        ]
         self._bucket_of = {i: b for b in self._buckets for i in b.positions}
-        for params in self._replica_params:
+        for k, params in enumerate(self._replica_params):
             for i, p in enumerate(params):
                 if p.requires_grad:
-                    p.register_post_accumulate_grad_hook(self._hook(i))
+                    p.register_post_accumulate_grad_hook(self._hook(k, i))
 
-    def _hook(self, position: int):
+    def _hook(self, replica: int, position: int):
         def on_gradient(param: torch.Tensor) -> None:
-            self._gradient_ready(position)
+            self._gradient_ready(replica, position)
 
         return on_gradient
 
-    def _gradient_ready(self, position: int) -> None:
+    def _gradient_ready(self, replica: int, position: int) -> None:
         """Runs in an autograd thread each time one replica's gradient is accumulated."""
         bucket = self._bucket_of.get(position)
+        # The engine runs this hook on the stream the gradient was accumulated on:
+        # the caller's stream usually, the warm-up stream of make_graphed_callables
+        # for captured replicas (their AccumulateGrad nodes were created there).
+        stream = None
+        if bucket is not None and self._side_streams is not None:
+            stream = torch.cuda.current_stream(self.devices[replica].index)
         with self._lock:
             if not self._callback_queued:
                 self._callback_queued = True
@@ -234,6 +292,7 @@ class FastDataParallel(nn.Module):
             if bucket is None:
                 return
             bucket.arrived += 1
+            bucket.streams[replica] = stream
             # Each leaf accumulates at most once per backward, so a full count
             # means every replica has this bucket's final gradients.
             ready = bucket.arrived == len(bucket.positions) * self._used and self.overlap_reduce
@@ -249,12 +308,24 @@ class FastDataParallel(nn.Module):
             pending = [b for b in self._buckets if not b.reduced]
             for b in self._buckets:
                 b.arrived, b.reduced = 0, False
+                b.streams = [None] * len(self.devices)
         for bucket in pending:
             self._reduce(bucket)
         if self._side_streams is not None:
-            # The optimizer reads the sums on the current streams: wait for the side streams.
-            for device, side in zip(self.devices, self._side_streams):
-                torch.cuda.current_stream(device.index).wait_stream(side)
+            # The optimizer reads the sums on the caller's streams: wait for the side streams.
+            for caller, side in zip(self._caller_streams, self._side_streams):
+                caller.wait_stream(side)
+        for params in self._replica_params:
+            for p in params:
+                p.grad = None
+
+    def _reset_backward_state(self) -> None:
+        """Forget a backward that raised before its end (its callback never ran)."""
+        with self._lock:
+            self._callback_queued = False
+            for b in self._buckets:
+                b.arrived, b.reduced = 0, False
+                b.streams = [None] * len(self.devices)
         for params in self._replica_params:
             for p in params:
                 p.grad = None
@@ -263,17 +334,23 @@ class FastDataParallel(nn.Module):
         """Sum one bucket's gradients over the replicas into the original's ``.grad``.
 
         With ``side_streams`` (GPUs, during backward) the work runs on one side
-        stream per device. Each waits for its device's compute stream first; a
-        cross-device copy synchronises the current streams of both devices, and
-        on the compute streams that would stall the source's backward until the
-        copy is done.
+        stream per device. Each first waits for the caller's stream of its
+        device (the original's ``.grad`` may have been written there) and for
+        the stream the bucket's gradients were accumulated on; a cross-device
+        copy synchronises the current streams of both devices, and on the
+        compute streams that would stall the source's backward until the copy
+        is done.
         """
         if side_streams is None:
             self._sum_into_originals(bucket, None)
             return
         with ExitStack() as streams:
-            for device, side in zip(self.devices[: self._used], side_streams):
-                side.wait_stream(torch.cuda.default_stream(device.index))
+            for k, side in enumerate(side_streams[: self._used]):
+                caller = self._caller_streams[k]
+                side.wait_stream(caller)
+                accumulated = bucket.streams[k]
+                if accumulated is not None and accumulated != caller:
+                    side.wait_stream(accumulated)
                 streams.enter_context(torch.cuda.stream(side))
             self._sum_into_originals(bucket, side_streams)
 
@@ -298,8 +375,8 @@ class FastDataParallel(nn.Module):
         total = flats[0]
         for flat in flats[1:]:
             total.add_(flat.to(source, non_blocking=True))
-        if side_streams is not None:  # made on a side stream, used on the compute stream
-            total.record_stream(torch.cuda.default_stream(self.src_device.index))
+        if side_streams is not None:  # made on a side stream, used on the caller's stream
+            total.record_stream(self._caller_streams[0])
         offset = 0
         for i in live:
             p = self._params[i]
@@ -315,6 +392,9 @@ class FastDataParallel(nn.Module):
     # [forward]
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         self._check_source()
+        if not self.src_device.is_simulated:
+            # The worker threads adopt these streams; the reduce orders itself after them.
+            self._caller_streams = [torch.cuda.current_stream(d.index) for d in self.devices]
         with phase("scatter"):
             inputs, kwargs = scatter_kwargs(inputs, kwargs, self.devices, self.dim)
         if not inputs and not kwargs:
@@ -323,6 +403,8 @@ class FastDataParallel(nn.Module):
             with phase("forward", self.src_device):
                 return self.module(*inputs[0], **kwargs[0])
         self._used = len(inputs)
+        if torch.is_grad_enabled():
+            self._reset_backward_state()
         if self.cuda_graphs and torch.is_grad_enabled() and self.module.training:
             # Before the refresh: capturing runs warm-up steps that touch the buffers.
             self._graph_replicas(inputs, kwargs)
@@ -354,14 +436,6 @@ class FastDataParallel(nn.Module):
         source = self.src_device.torch_device
         if any(t.device != source for t in expected_tensors):
             check_on_source_device(self.module, self.src_device)  # raises, naming the tensor
-        if self.overlap_reduce and not self.src_device.is_simulated:
-            for d in self.devices:
-                if torch.cuda.current_stream(d.index) != torch.cuda.default_stream(d.index):
-                    raise RuntimeError(
-                        f"FastDataParallel(overlap_reduce=True) reduces gradients on the default "
-                        f"streams, but the current stream of {d} is another one. Run it on the "
-                        f"default streams, or pass overlap_reduce=False."
-                    )
 
     def _all_tensors(self) -> list[torch.Tensor]:
         tensors = list(self.module.parameters()) + list(self.module.buffers())
@@ -372,6 +446,13 @@ class FastDataParallel(nn.Module):
     # [graphs]
     def _graph_replicas(self, inputs: Sequence[tuple], kwargs: Sequence[dict]) -> None:
         """Capture every replica's forward and backward once; refuse a change of shapes."""
+        if self._graph_error is not None:
+            raise RuntimeError(
+                f"cuda_graphs=True: capturing the replicas' CUDA graphs failed "
+                f"({self._graph_error}), so this wrapper refuses to train. Build a new "
+                f"FastDataParallel with cuda_graphs=False, in a new process: a failed capture "
+                f"can leave CUDA's random number generator in capture mode."
+            )
         shapes = [tuple(getattr(a, "shape", None) for a in args) for args in inputs]
         if self._graph_shapes is not None:
             if shapes != self._graph_shapes:
@@ -386,12 +467,25 @@ class FastDataParallel(nn.Module):
                 "cuda_graphs=True can capture forward(*tensors) only: pass every input as a "
                 "positional tensor, or pass cuda_graphs=False."
             )
-        for replica, args, device in zip(self._replicas, inputs, self.devices):
-            # The sample inputs become the graph's input buffers, which every replay
-            # overwrites: give it copies, never the caller's tensors.
-            sample = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
-            with torch.cuda.device(device.index):
-                torch.cuda.make_graphed_callables(replica, sample)
+        self._copy_training_flags(len(inputs))  # graphs capture the modes they see
+        try:
+            with restored_cuda_streams(self.devices):
+                # Nothing may run on any device while a capture is under way (the default
+                # "global" capture mode): finish what the caller queued, then capture one
+                # replica at a time from this thread, before any worker runs.
+                for device in self.devices:
+                    torch.cuda.synchronize(device.index)
+                for replica, args, device in zip(self._replicas, inputs, self.devices):
+                    # The sample inputs become the graph's input buffers, which every replay
+                    # overwrites: give it copies, never the caller's tensors.
+                    sample = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
+                    with torch.cuda.device(device.index), capture_stream_on(device.index):
+                        torch.cuda.make_graphed_callables(replica, sample, allow_unused_input=True)
+        except Exception as error:
+            for replica in self._replicas:  # back to the eager forward: eval still works
+                replica.__dict__.pop("forward", None)
+            self._graph_error = f"{type(error).__name__}: {error}"[:400]
+            raise
         self._graph_shapes = shapes
 
     # [graphs]

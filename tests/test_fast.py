@@ -7,7 +7,9 @@ test_equivalence.py). The preconditions that can be checked are refused with
 errors that name the fix.
 """
 
+import contextlib
 import json
+import threading
 
 import pytest
 import torch
@@ -188,3 +190,93 @@ def test_ladder_quick_run_writes_every_rung(tmp_path):
         "cuda_graphs": "not applicable",
     }  # fmt: skip
     assert all(r["step_ms"] > 0 and "timeline" in r for r in report["rows"] if r["status"] == "ok")
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph")
+def test_a_backward_that_raised_leaves_no_state_behind():
+    # The refused double backward raises inside backward, so the end-of-backward
+    # callback never runs; the next steps must still train like one device.
+    model = net()
+    fast = FastDataParallel(model, [0, 1], bucket_mb=0.0005)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.backward(fast(batches()[0][0]).pow(2).sum(), create_graph=True)
+    assert_same(train(model, fast), one_device())
+
+
+class FakeCuda:
+    """Just enough of torch.cuda's current device and streams to watch a capture fail on the CPU.
+
+    A stream is ``(name, device index)``; every device starts on its default stream.
+    """
+
+    def __init__(self, count):
+        self.device = 0
+        self.current = {i: ("default", i) for i in range(count)}
+        self.captures = []
+
+    def patch(self, mp, fail_on):
+        mp.setattr(torch.cuda, "current_device", lambda: self.device)
+        mp.setattr(torch.cuda, "set_device", self.set_device)
+        mp.setattr(torch.cuda, "current_stream", lambda i=None: self.current[i])
+        mp.setattr(torch.cuda, "set_stream", self.set_stream)
+        mp.setattr(torch.cuda, "synchronize", lambda i=None: None)
+        mp.setattr(torch.cuda, "Stream", lambda i: ("capture", i))
+        mp.setattr(torch.cuda, "device", self.device_context)
+        mp.setattr(torch.cuda.graph, "default_capture_stream", ("class-wide", 0))
+        mp.setattr(torch.cuda, "make_graphed_callables", self.capturer(fail_on))
+
+    def set_device(self, index):
+        self.device = index
+
+    def set_stream(self, stream):  # as torch.cuda.set_stream: the stream's device becomes current
+        self.current[stream[1]] = stream
+        self.device = stream[1]
+
+    @contextlib.contextmanager
+    def device_context(self, index):
+        previous, self.device = self.device, index
+        yield
+        self.device = previous
+
+    def capturer(self, fail_on):
+        def make_graphed_callables(module, sample, allow_unused_input=False):
+            stream = torch.cuda.graph.default_capture_stream
+            self.captures.append((threading.current_thread(), self.device, stream))
+            module.forward = lambda *args: pytest.fail("a graphed forward ran")
+            if self.device == fail_on:
+                # What torch.cuda.graph does when ending the capture raises: its
+                # capture stream stays current.
+                self.set_stream(stream)
+                raise RuntimeError(
+                    "CUDA error: operation failed due to a previous error during capture"
+                )
+            return module
+
+        return make_graphed_callables
+
+
+def test_a_failed_capture_restores_streams_and_refuses_with_the_cause():
+    model = net()
+    fast = FastDataParallel(model, [0, 1])
+    fast.cuda_graphs = True  # simulated devices refuse it at construction; the fake stands in
+    fake = FakeCuda(2)
+    x = batches()[0][0]
+    with pytest.MonkeyPatch.context() as mp:
+        fake.patch(mp, fail_on=1)
+        with pytest.raises(RuntimeError, match="previous error during capture"):
+            fast(x)
+        # One replica at a time, from the calling thread, each on its own device's stream.
+        assert fake.captures == [
+            (threading.current_thread(), 0, ("capture", 0)),
+            (threading.current_thread(), 1, ("capture", 1)),
+        ]
+        assert fake.current == {0: ("default", 0), 1: ("default", 1)}
+        assert fake.device == 0
+        assert torch.cuda.graph.default_capture_stream == ("class-wide", 0)
+        with pytest.raises(RuntimeError, match="capturing the replicas' CUDA graphs failed"):
+            fast(x)
+    # The eager forwards are back: evaluation still runs, and matches one device.
+    assert all("forward" not in replica.__dict__ for replica in fast._replicas)
+    fast.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x), **TOL)

@@ -77,7 +77,8 @@ LADDER = (
          "wrapping; gradients through .backward() only", False,
          lambda m, ids: FastDataParallel(m, ids, overlap_reduce=False)),
     Rung("overlap_reduce", "gradients reduced in ~25 MB buckets as soon as every replica has "
-         "produced them, while backward still runs", "as above, plus default CUDA streams",
+         "produced them, while backward still runs",
+         "as above, plus forward and backward on the same CUDA streams",
          False, lambda m, ids: FastDataParallel(m, ids, overlap_reduce=True)),
     Rung("cuda_graphs", "each replica's forward and backward captured once as CUDA graphs "
          "and replayed: one launch per device instead of hundreds from threads sharing the GIL",
