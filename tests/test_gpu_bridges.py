@@ -8,6 +8,7 @@ are compared between strategies. Run with ``pytest -m gpu`` on a 2-GPU machine.
 import copy
 import json
 import signal
+import threading
 
 import pytest
 import torch
@@ -21,18 +22,28 @@ pytestmark = pytest.mark.gpu
 TOL = {"rtol": 1e-9, "atol": 1e-11}  # float64; reduction order differs from one device
 
 
+def assert_default_streams():
+    """Every device on its default stream: nothing left a capture or side stream current."""
+    for i in range(2):
+        current, default = torch.cuda.current_stream(i), torch.cuda.default_stream(i)
+        assert current == default, f"cuda:{i} is left on {current}, not its default stream"
+
+
 @pytest.fixture(autouse=True)
-def _time_limit():
-    """Fail a test that hangs (say, waiting on a worker) instead of stalling the whole run."""
+def _time_limit_and_clean_streams():
+    """Fail a test that hangs (say, waiting on a worker) instead of stalling the whole run,
+    and one that leaves another stream current for the tests after it."""
 
     def stop(signum, frame):
         raise TimeoutError("test_gpu_bridges: a test ran for more than 120 s")
 
+    assert_default_streams()
     previous = signal.signal(signal.SIGALRM, stop)
     signal.alarm(120)
     yield
     signal.alarm(0)
     signal.signal(signal.SIGALRM, previous)
+    assert_default_streams()
 
 
 def conv_net(batch_norm=False):
@@ -47,6 +58,11 @@ def conv_net(batch_norm=False):
         nn.Flatten(),
         nn.Linear(8, 3),
     ).double()
+
+
+def randn(*shape):
+    """Random inputs made on the host: the tests do not depend on CUDA's generator state."""
+    return torch.randn(*shape, dtype=torch.double).to("cuda:0")
 
 
 def batches(n=8, steps=3):
@@ -145,18 +161,18 @@ def test_fast_path_keeps_batchnorm_statistics_like_dataparallel(graphs):
 def test_cuda_graphs_refuse_a_new_input_shape():
     model = conv_net().to("cuda:0")
     fast = FastDataParallel(model, [0, 1], cuda_graphs=True)
-    fast(torch.randn(8, 3, 8, 8, dtype=torch.double, device="cuda:0")).sum().backward()
+    fast(randn(8, 3, 8, 8)).sum().backward()
     with pytest.raises(ValueError, match="drop_last=True"):
-        fast(torch.randn(6, 3, 8, 8, dtype=torch.double, device="cuda:0"))
+        fast(randn(6, 3, 8, 8))
 
 
 def test_cuda_graphs_leave_the_callers_input_alone():
     model = conv_net().to("cuda:0")
     fast = FastDataParallel(model, [0, 1], cuda_graphs=True)
-    first = torch.randn(8, 3, 8, 8, dtype=torch.double, device="cuda:0")
+    first = randn(8, 3, 8, 8)
     kept = first.clone()
     fast(first).sum().backward()
-    fast(torch.randn(8, 3, 8, 8, dtype=torch.double, device="cuda:0")).sum().backward()
+    fast(randn(8, 3, 8, 8)).sum().backward()
     torch.cuda.synchronize()
     assert torch.equal(first, kept)
 
@@ -203,3 +219,37 @@ def test_cuda_graphs_captured_in_training_run_eval_eagerly():
     fast.eval()
     with torch.no_grad():
         torch.testing.assert_close(fast(x).cpu(), model(x).cpu(), **TOL)
+
+
+@pytest.mark.parametrize("name", ["overlap_reduce", "cuda_graphs"])
+def test_fast_path_on_the_callers_own_streams(name):
+    # Forward and backward on a non-default stream of each device: the workers adopt
+    # the caller's streams and the bucketed reduce orders itself after them.
+    model = conv_net().to("cuda:0")
+    wrapped = WRAPPERS[name](model)
+    streams = [torch.cuda.Stream(0), torch.cuda.Stream(1)]
+    with torch.cuda.stream(streams[0]), torch.cuda.stream(streams[1]):
+        got = train(model, wrapped)
+    assert_same_training(got, single_device())
+
+
+@pytest.mark.parametrize("name", ["overlap_reduce", "cuda_graphs"])
+def test_fast_path_from_another_thread(name):
+    # A new thread starts on the default streams, as the main one does.
+    model = conv_net().to("cuda:0")
+    wrapped = WRAPPERS[name](model)
+    result = {}
+
+    def run():
+        try:
+            result["got"] = train(model, wrapped)
+        except BaseException as error:  # noqa: BLE001 - reported by the main thread below
+            result["error"] = error
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(100)
+    assert not thread.is_alive(), "training in another thread did not finish in 100 s"
+    if "error" in result:
+        raise result["error"]
+    assert_same_training(result["got"], single_device())
