@@ -182,3 +182,99 @@ def rung_timeline(report: dict[str, Any], kind: str, rung: str) -> Timeline | No
         if r["workload"] == kind and r["rung"] == rung and "timeline" in r:
             return Timeline.from_dict(r["timeline"])
     return None
+
+
+# [findings]
+# The issue's targets for the fast path at 2 GPUs: step time at most this times DDP's.
+TARGETS = {"conv": 1.05, "mlp": 1.15}
+OWN_PHASES = ("scatter", "replicate", "gather")  # one process's extra steps; DDP has none
+
+
+def _phase_means(timeline: dict[str, Any], device: str) -> tuple[dict[str, float], float]:
+    """Mean milliseconds per step of each phase on ``device``, and of the unmarked time."""
+    records = [r for r in timeline["records"] if r["device"] == device]
+    steps = sorted({r["step"] for r in records})
+    if not steps:
+        return {}, 0.0
+    totals: dict[str, float] = {}
+    unmarked = 0.0
+    for step in steps:
+        mine = [r for r in records if r["step"] == step]
+        for r in mine:
+            totals[r["phase"]] = totals.get(r["phase"], 0.0) + r["end_ms"] - r["start_ms"]
+        span = max(r["end_ms"] for r in mine) - min(r["start_ms"] for r in mine)
+        unmarked += span - sum(r["end_ms"] - r["start_ms"] for r in mine)
+    return {p: t / len(steps) for p, t in totals.items()}, unmarked / len(steps)
+
+
+def ladder_findings(report: dict[str, Any]) -> str:
+    """What a ladder recording shows, in words computed from it: times, failures, targets."""
+    lines = [f"{report['hardware']['label']}, torch {report['torch_version']}: {report['timing']}"]
+    for kind, workload in report["workloads"].items():
+        rows = [r for r in report["rows"] if r["workload"] == kind]
+        ddp = next((r["step_ms"] for r in rows if r["rung"] == "ddp" and r["status"] == "ok"), None)
+        lines.append(f"\n{workload['title']}")
+        for r in rows:
+            if r["status"] != "ok":
+                reason = r["note"].splitlines()[0][:160] if r["note"] else ""
+                lines.append(f"  {r['rung']:<19} {r['status']}: {reason}")
+            else:
+                ratio = f"  {r['step_ms'] / ddp:.2f} x DDP" if ddp else ""
+                lines.append(f"  {r['rung']:<19} {r['step_ms']:7.2f} ms{ratio}")
+        ours = [r for r in rows if r["rung"] != "ddp" and r["status"] == "ok"]
+        if not ours or ddp is None:
+            lines.append("  no comparison with DDP: a rung or DDP is missing")
+            continue
+        best = min(ours, key=lambda r: r["step_ms"])
+        ratio, target = best["step_ms"] / ddp, TARGETS.get(kind)
+        verdict = ""
+        if target is not None:
+            limit = target * ddp
+            verdict = (
+                f"; target {target:.2f} x DDP ({limit:.2f} ms): "
+                + ("met" if best["step_ms"] <= limit else
+                   f"missed by {best['step_ms'] - limit:.2f} ms ({ratio - target:.2f} x DDP)")
+            )  # fmt: skip
+        lines.append(f"  best rung: {best['rung']}, {ratio:.2f} x DDP{verdict}")
+        if "timeline" in best:
+            source = sorted({r["device"] for r in best["timeline"]["records"]})[0]
+            means, unmarked = _phase_means(best["timeline"], source)
+            own = sum(means.get(p, 0.0) for p in OWN_PHASES)
+            shown = ", ".join(
+                f"{p} {ms:.2f}" for p, ms in sorted(means.items(), key=lambda x: -x[1])
+            )
+            lines.append(
+                f"  its timeline on {source}, ms per step (mean of the recorded steps): {shown}; "
+                f"between phases {unmarked:.2f}"
+            )
+            lines.append(
+                f"  gap to DDP {best['step_ms'] - ddp:.2f} ms; scatter + replicate + gather, "
+                f"which DDP's processes do not do, take {own:.2f} ms of it on {source}"
+            )
+    return "\n".join(lines)
+
+
+def clone_findings(report: dict[str, Any]) -> str:
+    """Where clone's extra step time goes, as far as the recording can tell."""
+    lines = []
+    for kind, workload in report["workloads"].items():
+        step = {r["rung"]: r.get("step_ms") for r in report["rows"] if r["workload"] == kind}
+        host = report["replicate_host_ms"].get(kind, {})
+        if None in (step.get("clone"), step.get("broadcast")) or len(host) < 2:
+            lines.append(f"{workload['title']}: a strategy is missing from the recording")
+            continue
+        extra_step = step["clone"] - step["broadcast"]
+        extra_host = host["clone"] - host["broadcast"]
+        lines.append(
+            f"{workload['title']}: step {step['broadcast']:.2f} ms (broadcast) vs "
+            f"{step['clone']:.2f} ms (clone), {extra_step:+.2f} ms; one replicate call on the "
+            f"host {host['broadcast']:.2f} vs {host['clone']:.2f} ms, {extra_host:+.2f} ms, "
+            f"that is {extra_host / extra_step:.0%} of the extra step time"
+            if extra_step > 0
+            else f"{workload['title']}: clone's step is not slower here "
+            f"({step['clone']:.2f} vs {step['broadcast']:.2f} ms)"
+        )
+    return "\n".join(lines)
+
+
+# [findings]
