@@ -470,9 +470,9 @@ class FastDataParallel(nn.Module):
         self._copy_training_flags(len(inputs))  # graphs capture the modes they see
         try:
             with restored_cuda_streams(self.devices):
-                # Nothing may run on any device while a capture is under way (the default
-                # "global" capture mode): finish what the caller queued, then capture one
-                # replica at a time from this thread, before any worker runs.
+                # In CUDA's default ("global") capture mode an unsafe call from any thread
+                # breaks a capture: finish what the caller queued, then capture one replica
+                # at a time from this thread, before any worker runs.
                 for device in self.devices:
                     torch.cuda.synchronize(device.index)
                 for replica, args, device in zip(self._replicas, inputs, self.devices):
