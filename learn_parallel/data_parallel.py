@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.autograd.profiler import record_function
 
+from learn_parallel.clone_replicate import replicate_strategy
 from learn_parallel.devices import (
     Device,
     DeviceLike,
@@ -82,6 +83,8 @@ class DataParallel(nn.Module):
       order *is* batch order and nothing is sorted by device id (which is what
       misaligned the tutorial's version). The option refuses the two above,
       which keep outputs apart; `gather_per_device` gathers those later.
+    - ``replicate="clone"``: replicate the libtorch way (`clone_replicate`)
+      instead of through `Broadcast` (``"broadcast"``, the default).
     """
 
     def __init__(
@@ -94,8 +97,10 @@ class DataParallel(nn.Module):
         inputs_are_scattered: bool = False,
         except_keywords: Iterable[Any] = (),
         sort_and_gather: bool = False,
+        replicate: str = "broadcast",
     ) -> None:
         super().__init__()
+        self.replicate_strategy, self._replicate = replicate, replicate_strategy(replicate)
         self.module = module
         self.dim = dim
         self._set_options(
@@ -160,7 +165,7 @@ class DataParallel(nn.Module):
 
     def replicate(self, module: nn.Module, device_ids: Sequence[DeviceLike]) -> list[nn.Module]:
         # Under torch.no_grad() nothing will be differentiated: skip the autograd wiring.
-        return replicate(module, self._devices_for(device_ids), not torch.is_grad_enabled())
+        return self._replicate(module, self._devices_for(device_ids), not torch.is_grad_enabled())
 
     def parallel_apply(
         self, replicas: Sequence[nn.Module], inputs: Sequence[Any], kwargs: Sequence[dict]

@@ -9,7 +9,8 @@
 # (fresh vs persistent worker threads), "timeline" (recorded spans vs measured steps),
 # "gatherprobe" (torch's gather on odd outputs), "trace" (Perfetto traces of 2 steps),
 # "ddp" (our DDP vs torch's), "host_time" (host time of one forward; BEFORE=DIR also
-# times an older checkout). Each part keeps going if another fails;
+# times an older checkout), "clone" (the two replicate strategies) and "ladder" (single
+# process vs DDP, rung by rung), the last four on 2 GPUs. Each part keeps going if another fails;
 # logs and results end up in OUTDIR/results.tgz.
 set -uo pipefail
 out=${1:?usage: record_gpu_runs.sh OUTDIR [DEVICES]}
@@ -84,6 +85,16 @@ if [[ $parts == *" host_time "* ]]; then
     fi
   done
   grep -h '"host_ms_median"\|"package"\|"to_device' "$work"/host_time/*.json | tee -a "$work/host_time.log"
+fi
+if [[ $parts == *" clone "* ]]; then
+  # Both replicate strategies (broadcast, libtorch's clone) on 2 GPUs: clone/clone.json.
+  timeout 240 python -m learn_parallel.lab.ladder --set clone --devices 2 \
+    --out "$work/clone" 2>&1 | tee "$work/clone.log" | tail -20
+fi
+if [[ $parts == *" ladder "* ]]; then
+  # torch DP -> ... -> FastDataParallel rungs -> DDP on 2 GPUs: ladder/ladder.json.
+  timeout 240 python -m learn_parallel.lab.ladder --set ladder --devices 2 \
+    --out "$work/ladder" 2>&1 | tee "$work/ladder.log" | tail -25
 fi
 if [[ $parts == *" notebooks "* ]]; then
   # Each chapter, unchanged, executed on this machine's GPUs; the executed copies are kept.

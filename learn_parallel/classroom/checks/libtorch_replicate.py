@@ -1,0 +1,117 @@
+"""Checks of the chapter "Replicate the libtorch way" (book/libtorch_replicate.ipynb)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from learn_parallel.classroom import exercise
+from learn_parallel.clone_replicate import clone_module_by_module, clone_replicate
+from learn_parallel.devices import resolve_device_ids
+from learn_parallel.replicate import replicate
+
+
+def _devices(count: int = 3) -> list:
+    devices = resolve_device_ids(None)[:count]
+    assert len(devices) >= 2, "These checks need at least two devices (simulated ones will do)."
+    return devices
+
+
+@exercise("reduce-add-edge")
+def check_reduce_add_edge(wire: Callable[..., Sequence[torch.Tensor]]) -> None:
+    """``wire(source, original, clones)`` connects every clone to ``original``'s gradient."""
+    devices = _devices()
+    source = devices[0].torch_device
+    generator = torch.Generator().manual_seed(0)
+    original = torch.randn(4, 3, generator=generator, dtype=torch.double)
+    original = original.to(source).requires_grad_()
+    clones = [original.detach().to(d.torch_device, copy=True) for d in devices]
+    wired = list(wire(source, original, clones))
+    assert len(wired) == len(clones), (
+        f"wire() returned {len(wired)} tensors for {len(clones)} clones: one per clone, in order."
+    )
+    for i, (out, clone) in enumerate(zip(wired, clones)):
+        assert out.grad_fn is not None, (
+            f"Tensor {i} has no grad_fn, so backward cannot reach the original through it: "
+            f"return the outputs of an autograd Function that took the original as an input."
+        )
+        assert out.device == clone.device and out.data_ptr() == clone.data_ptr(), (
+            f"Tensor {i} is not the clone itself (it has other storage or another device): "
+            f"the clone is already made; return it from forward unchanged, never a new copy."
+        )
+    probes = [torch.randn(4, 3, generator=generator, dtype=torch.double) for _ in clones]
+    loss = sum(
+        (k + 1) * (out * p.to(out.device)).sum() for k, (out, p) in enumerate(zip(wired, probes))
+    )
+    loss.backward()
+    expected = sum((k + 1) * p for k, p in enumerate(probes))
+    assert original.grad is not None, "The original got no gradient: its edge is missing."
+    assert original.grad.device == source, (
+        f"The summed gradient must land on the source device {source}, "
+        f"not on {original.grad.device}."
+    )
+    torch.testing.assert_close(
+        original.grad.cpu(), expected, rtol=1e-12, atol=1e-12,
+        msg="original.grad is not the sum of every replica's gradient (copy each one to the "
+        "source device and add them all).",
+    )  # fmt: skip
+    assert all(c.grad is None for c in clones), (
+        "A clone received a gradient of its own: the only edge must lead to the original."
+    )
+
+
+class Tied(nn.Module):
+    """An encoder and a decoder that share one weight matrix, as tied embeddings do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encode = nn.Linear(6, 4, bias=False)
+        self.decode = nn.Linear(4, 6, bias=False)
+        self.decode.weight = self.encode.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.encode(x)) @ self.decode.weight
+
+
+def tied_replicas() -> dict[str, list[nn.Module]]:
+    """Replicas of `Tied` on two devices made by each strategy (and libtorch's cloning)."""
+    devices = _devices(2)
+    torch.manual_seed(0)
+    model = Tied().to(devices[0].torch_device)
+    return {
+        "broadcast": replicate(model, devices),
+        "clone": clone_replicate(model, devices),
+        "libtorch": [clone_module_by_module(model, d) for d in devices],
+    }
+
+
+@exercise("tied-weights")
+def check_tied_weights(prediction: dict[str, bool], shares_weight: Callable[[nn.Module], bool]):
+    """``prediction[strategy]``: do its replicas keep the tie? ``shares_weight``: the test."""
+    torch.manual_seed(0)
+    untied = clone_module_by_module(Tied(), _devices(2)[0])  # equal values, two tensors
+    assert shares_weight(Tied()) is True, (
+        "shares_weight(Tied()) must be True: one tensor, two uses."
+    )
+    assert shares_weight(untied) is False, (
+        "shares_weight() says True for two separate tensors that only hold equal values: "
+        "tied means one tensor (one storage), not equal numbers."
+    )
+    replicas = tied_replicas()
+    truth = {
+        name: all(r.encode.weight is r.decode.weight for r in reps)
+        for name, reps in replicas.items()
+    }
+    for name, reps in replicas.items():
+        for i, replica in enumerate(reps):
+            assert shares_weight(replica) is truth[name], (
+                f"shares_weight() is wrong on replica {i} of the {name!r} strategy."
+            )
+    assert set(prediction) == set(truth), f"Predict exactly these strategies: {sorted(truth)}."
+    wrong = [name for name in truth if prediction[name] is not truth[name]]
+    assert not wrong, (
+        f"Your prediction is wrong for {wrong}: run shares_weight on their replicas and "
+        f"see which copy each tensor once and which once per module."
+    )

@@ -1,0 +1,307 @@
+"""``python -m learn_parallel.lab.ladder``: how close can one process get to DDP?
+
+Measures a *ladder*: one implementation per rung, each rung one named change
+on top of the one before, all in one run, side by side, then DDP (one process
+per device, via the benchmark's torchrun launcher). Every rung trains the same
+model from the same weights on the same batch: warm-up steps, then timed steps
+each ended by a synchronize of every device; the median is reported. A few
+more steps of each rung with phase marks are recorded per device (timelines).
+
+``--set clone`` measures the two replicate strategies instead
+(``DataParallel(replicate="broadcast")`` and ``replicate="clone"``), plus the
+host time of one ``replicate`` call with each.
+
+Results land in ``--out`` as ``ladder.json`` (or ``clone.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from learn_parallel.clone_replicate import STRATEGIES
+from learn_parallel.data_parallel import DataParallel
+from learn_parallel.devices import SIMULATED_DEVICES_ENV, device_count, resolve_device_ids
+from learn_parallel.fast import FastDataParallel
+from learn_parallel.lab.bench import Group, Settings, run_ddp, time_steps, train_step
+from learn_parallel.lab.timing import Recorder, describe_hardware
+from learn_parallel.lab.workloads import Workload, build_model, make_batch
+
+SCHEMA = "learn_parallel.lab.ladder/1"
+
+
+# [rungs]
+class TorchReplicateDataParallel(DataParallel):
+    """Our DataParallel (persistent workers) with torch's own replicate: the second rung."""
+
+    def replicate(self, module: nn.Module, device_ids: Sequence[Any]) -> list[nn.Module]:
+        return torch.nn.parallel.replicate(module, device_ids, not torch.is_grad_enabled())
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One step of the ladder: what it changes, what it needs, and how to build it."""
+
+    name: str
+    change: str
+    preconditions: str
+    needs_cuda: bool
+    build: Callable[[nn.Module, list[int]], Callable[[torch.Tensor], torch.Tensor]]
+    # Measured after every other rung of every workload: a CUDA-graph capture that
+    # fails can leave CUDA's random number generator unusable for the whole process.
+    measure_last: bool = False
+
+
+LADDER = (
+    Rung("torch_dp", "torch.nn.DataParallel: a fresh thread per replica every step, "
+         "torch's replicate", "none", True,
+         lambda m, ids: torch.nn.DataParallel(m, device_ids=ids)),
+    Rung("persistent_workers", "one long-lived worker thread per device (our parallel_apply); "
+         "torch's replicate still rebuilds every module each step", "none", True,
+         lambda m, ids: TorchReplicateDataParallel(m, device_ids=ids)),
+    Rung("lean_replicate", "our replicate: module shells filled without Module.__setattr__ "
+         "(learn_parallel.DataParallel as the chapters teach it)", "none", False,
+         lambda m, ids: DataParallel(m, device_ids=ids)),
+    Rung("kept_replicas", "replicas built once and kept; each step refreshes their flat "
+         "parameter buffers with one multi-tensor copy and one copy per device; one gradient "
+         "reduce per dtype after backward", "parameters and buffers not replaced after "
+         "wrapping; gradients through .backward() only", False,
+         lambda m, ids: FastDataParallel(m, ids, overlap_reduce=False)),
+    Rung("overlap_reduce", "gradients reduced in ~25 MB buckets as soon as every replica has "
+         "produced them, while backward still runs",
+         "as above, plus forward and backward on the same CUDA streams",
+         False, lambda m, ids: FastDataParallel(m, ids, overlap_reduce=True)),
+    Rung("cuda_graphs", "each replica's forward and backward captured once as CUDA graphs "
+         "and replayed: one launch per device instead of hundreds from threads sharing the GIL",
+         "as above, plus the same input shapes every step, tensor inputs only, no "
+         "data-dependent control flow, CUDA GPUs", True,
+         lambda m, ids: FastDataParallel(m, ids, overlap_reduce=True, cuda_graphs=True),
+         measure_last=True),
+)  # fmt: skip
+
+CLONE_SET = (
+    Rung("broadcast", "DataParallel(replicate='broadcast'): PyTorch's Python design, one "
+         "Broadcast node for all parameters", "none", False,
+         lambda m, ids: DataParallel(m, device_ids=ids, replicate="broadcast")),
+    Rung("clone", "DataParallel(replicate='clone'): libtorch's design, a deep copy per device "
+         "and one ReduceAdd edge per parameter", "none", False,
+         lambda m, ids: DataParallel(m, device_ids=ids, replicate="clone")),
+)  # fmt: skip
+# [rungs]
+
+
+def default_workloads(on_gpu: bool, quick: bool) -> list[Workload]:
+    """ResNet-18 (batch 512, 128 px) and the MLP (4 x 2048, batch 4096) on GPUs; small ones here."""
+    if quick:
+        conv = Workload("conv", 8, image_size=16, model="small_cnn")
+        return [Workload("mlp", 32, width=64), conv]
+    if on_gpu:
+        return [Workload("conv", 512, image_size=128).resolved(), Workload("mlp", 4096)]
+    return [
+        Workload("conv", 32, image_size=32, model="small_cnn"),
+        Workload("mlp", 512, width=512),
+    ]
+
+
+def _sync(count: int) -> None:
+    if torch.cuda.is_available():
+        for i in range(count):
+            torch.cuda.synchronize(i)
+
+
+def _source() -> torch.device:
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+
+
+# [measure-rung]
+def measure_rung(
+    rung: Rung, workload: Workload, count: int, warmup: int, steps: int, timeline_steps: int
+) -> dict[str, Any]:
+    """Time ``rung`` on ``count`` devices: the row of the result table, with a timeline."""
+    row: dict[str, Any] = {"rung": rung.name, "workload": workload.kind, "devices": count}
+    row.update(change=rung.change, preconditions=rung.preconditions, status="ok", note="")
+    if rung.needs_cuda and not torch.cuda.is_available():
+        row.update(status="not applicable", note="needs CUDA GPUs")
+        return row
+    try:
+        model = build_model(workload).to(_source())
+        forward = rung.build(model, list(range(count)))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        x, y = make_batch(workload, workload.batch, _source())
+
+        def step() -> None:
+            train_step(forward, x, y, workload, optimizer)
+
+        times = time_steps(step, lambda: _sync(count), warmup, steps)
+        row.update(step_ms=statistics.median(times), step_ms_all=times)
+        devices = getattr(forward, "devices", None)  # torch's DataParallel marks no phases
+        if devices is not None and timeline_steps > 0:
+            with Recorder(devices=devices) as recorder:
+                for _ in recorder.steps(timeline_steps):
+                    step()
+            row["timeline"] = recorder.timeline().to_dict()
+    except Exception as error:  # noqa: BLE001 - one failing rung is a row, not a lost run
+        row.update(status="failed", note=f"{type(error).__name__}: {error}"[:600])
+    finally:
+        gc.collect()  # hooks and kept replicas form cycles: free them before the next rung
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return row
+
+
+def replicate_host_ms(workload: Workload, count: int, repeats: int = 20) -> dict[str, float]:
+    """Median host time of one replicate call per strategy (no synchronize inside the timing)."""
+    model = build_model(workload).to(_source())
+    devices = resolve_device_ids(list(range(count)))
+    result = {}
+    for name, strategy in STRATEGIES.items():
+        times = []
+        for _ in range(repeats + 2):
+            start = time.perf_counter()
+            replicas = strategy(model, devices, False)
+            times.append((time.perf_counter() - start) * 1e3)
+            del replicas
+            _sync(count)
+        result[name] = statistics.median(times[2:])
+    return result
+
+
+# [measure-rung]
+
+
+def run(
+    which: str,
+    workloads: Sequence[Workload],
+    count: int,
+    out: Path,
+    warmup: int,
+    steps: int,
+    timeline_steps: int,
+    ddp: bool,
+    ddp_timeout: float,
+    command: str,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Measure every rung of ``which`` (``"ladder"`` or ``"clone"``), write and return the JSON."""
+    out.mkdir(parents=True, exist_ok=True)
+    rungs = LADDER if which == "ladder" else CLONE_SET
+    started = time.perf_counter()
+    host: dict[str, dict[str, float]] = {}
+    pairs = [(w, r) for w in workloads for r in rungs]
+    measured = {}
+    for workload, rung in sorted(pairs, key=lambda pair: pair[1].measure_last):
+        if progress:
+            print(f"{workload.kind}: {rung.name}, {count} devices", file=sys.stderr, flush=True)
+        row = measure_rung(rung, workload, count, warmup, steps, timeline_steps)
+        measured[workload.kind, rung.name] = row
+    rows = [measured[w.kind, r.name] for w, r in pairs]  # the ladder's order
+    if which == "clone":
+        for workload in workloads:
+            host[workload.kind] = replicate_host_ms(workload, count)
+    if ddp:
+        groups = [Group(w, False if torch.cuda.is_available() and w.kind == "conv" else None)
+                  for w in workloads]  # fmt: skip
+        settings = Settings(
+            workloads=list(workloads), devices=[count], implementations=["ddp"],
+            cudnn_modes=[False], warmup=warmup, steps=steps, timeline_steps=0, lr=0.01,
+            seed=0, out=out, ddp_timeout=ddp_timeout, progress=False, plots=False,
+        )  # fmt: skip
+        for group, result in zip(groups, run_ddp(count, groups, settings)):
+            row = {"rung": "ddp", "workload": group.workload.kind, "devices": count}
+            row.update(change="torch's DistributedDataParallel: one process per device",
+                       preconditions="one process per device", status=result["status"],
+                       note=result["note"])  # fmt: skip
+            if result["status"] == "ok":
+                row.update(step_ms=result["step_ms"], step_ms_all=result["step_ms_all"])
+            rows.append(row)
+    hardware = describe_hardware(resolve_device_ids(list(range(count))))
+    report = {
+        "schema": SCHEMA,
+        "set": which,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "hardware": hardware.__dict__ | {"label": hardware.label()},
+        "torch_version": torch.__version__,
+        "workloads": {w.kind: {**w.to_dict(), "title": w.describe()} for w in workloads},
+        "timing": f"median of {steps} steps after {warmup} warm-up steps, each ended by a "
+        "synchronize of every device; DDP: the slowest rank per step",
+        "rows": rows,
+        "replicate_host_ms": host,
+        "duration_s": round(time.perf_counter() - started, 1),
+    }
+    (out / f"{which}.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def table(report: dict[str, Any]) -> str:
+    """The printed summary: step time per rung and its ratio to DDP's."""
+    lines = [f"{report['set']} on {report['hardware']['label']}"]
+    for kind in report["workloads"]:
+        rows = [r for r in report["rows"] if r["workload"] == kind]
+        ddp = next((r.get("step_ms") for r in rows if r["rung"] == "ddp"), None)
+        lines.append(f"\n{report['workloads'][kind]['title']}")
+        for r in rows:
+            if r["status"] != "ok":
+                lines.append(f"  {r['rung']:<20} {r['status']}: {r['note'][:150]}")
+                continue
+            ratio = f"{r['step_ms'] / ddp:6.2f} x DDP" if ddp else ""
+            lines.append(f"  {r['rung']:<20} {r['step_ms']:9.2f} ms  {ratio}")
+        if kind in report["replicate_host_ms"]:
+            for name, ms in report["replicate_host_ms"][kind].items():
+                lines.append(f"  replicate host time, {name:<10} {ms:8.3f} ms")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser("python -m learn_parallel.lab.ladder", description=__doc__)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--out", type=Path, required=True, help="folder for the JSON")
+    parser.add_argument("--set", choices=("ladder", "clone"), default="ladder", dest="which")
+    parser.add_argument("--devices", type=int, default=2, help="device count (default 2)")
+    parser.add_argument("--workloads", default="conv,mlp", help="conv,mlp (default both)")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=None, help="timed steps (GPU 30, CPU 5)")
+    parser.add_argument("--timeline-steps", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="tiny models, for tests")
+    parser.add_argument("--no-ddp", action="store_true", help="skip the DDP rung")
+    parser.add_argument("--ddp-timeout", type=float, default=150.0)
+    args = parser.parse_args(argv)
+    on_gpu = torch.cuda.is_available()
+    if args.devices > device_count():
+        if on_gpu:
+            raise SystemExit(f"--devices {args.devices}: only {device_count()} GPUs are visible")
+        import os
+
+        os.environ[SIMULATED_DEVICES_ENV] = str(args.devices)
+    kinds = [k.strip() for k in args.workloads.split(",") if k.strip()]
+    workloads = [w for w in default_workloads(on_gpu, args.quick) if w.kind in kinds]
+    if not workloads:
+        raise SystemExit(f"--workloads {args.workloads!r}: choose from conv,mlp")
+    steps = args.steps or (30 if on_gpu else 5)
+    report = run(
+        args.which, workloads, args.devices, args.out, args.warmup, steps,
+        args.timeline_steps, ddp=not args.no_ddp and args.which == "ladder",
+        ddp_timeout=args.ddp_timeout,
+        command=" ".join(["python -m learn_parallel.lab.ladder", *argv]),
+    )  # fmt: skip
+    print(table(report))
+    if not on_gpu:
+        print("Devices are simulated on the CPU: host timings, not GPU times.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,204 @@
+"""libtorch's replicate strategy (`clone_replicate`), on simulated devices, in float64.
+
+Training through ``DataParallel(replicate="clone")`` must equal training on one
+device: outputs, gradients and weights after three SGD steps (tolerance as in
+test_equivalence.py). Tied weights, buffers and double backward are pinned
+down for both strategies.
+"""
+
+import pytest
+import torch
+from torch import nn
+
+import learn_parallel as lp
+from learn_parallel.clone_replicate import ReduceAddEdge, clone_replicate, clone_to
+
+TOL = {"rtol": 1e-10, "atol": 1e-12}
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 3)).double()
+
+
+class Tied(nn.Module):
+    """An encoder and decoder sharing one weight matrix (as language models tie embeddings)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.encode = nn.Linear(6, 4, bias=False)
+        self.decode = nn.Linear(4, 6, bias=False)
+        self.decode.weight = self.encode.weight  # now the same Parameter, used transposed below
+
+    def forward(self, x):
+        return torch.tanh(self.encode(x)) @ self.decode.weight
+
+
+def batches(n=8, steps=3, features=5):
+    g = torch.Generator().manual_seed(1)
+    return [
+        (torch.randn(n, features, generator=g, dtype=torch.double),
+         torch.randn(n, 3, generator=g, dtype=torch.double))
+        for _ in range(steps)
+    ]  # fmt: skip
+
+
+def train(model, forward, data):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    history = []
+    for x, y in data:
+        optimizer.zero_grad()
+        out = forward(x)
+        (out[:, : y.shape[1]] - y).pow(2).mean().backward()
+        history.append((out.detach().clone(), [p.grad.clone() for p in model.parameters()]))
+        optimizer.step()
+    return history, [p.detach().clone() for p in model.parameters()]
+
+
+def assert_same(a, b):
+    (hist_a, final_a), (hist_b, final_b) = a, b
+    for (out_a, grads_a), (out_b, grads_b) in zip(hist_a, hist_b, strict=True):
+        torch.testing.assert_close(out_a, out_b, **TOL)
+        for ga, gb in zip(grads_a, grads_b, strict=True):
+            torch.testing.assert_close(ga, gb, **TOL)
+    for pa, pb in zip(final_a, final_b, strict=True):
+        torch.testing.assert_close(pa, pb, **TOL)
+
+
+@pytest.mark.parametrize("devices", [[0], [0, 1], [0, 1, 2, 3], [2, 0, 3]])
+def test_clone_strategy_trains_like_one_device(devices):
+    reference = mlp()
+    expected = train(reference, reference, batches())
+    model = mlp()
+    if len(devices) == 1:
+        # DataParallel skips replicate on one device: drive the replica directly.
+        def forward(x):
+            return clone_replicate(model, devices)[0](x)
+    else:
+        forward = lp.DataParallel(model, device_ids=devices, replicate="clone")
+    assert_same(train(model, forward, batches()), expected)
+
+
+def test_each_replica_parameter_has_one_reduce_add_edge_to_the_original():
+    model = mlp()
+    replicas = clone_replicate(model, [0, 1, 2])
+    for name, original in model.named_parameters():
+        nodes = {dict(replica.named_parameters())[name].grad_fn for replica in replicas}
+        assert len(nodes) == 1  # one node shared by every replica of this parameter
+        (node,) = nodes
+        assert type(node).__name__ == "ReduceAddEdgeBackward"
+        edges = [fn for fn, _ in node.next_functions if fn is not None]
+        assert len(edges) == 1 and edges[0].variable is original
+    for replica in replicas:
+        assert all(not p.is_leaf for p in replica.parameters())
+
+
+def test_clones_are_copies_on_their_devices():
+    model = mlp()
+    replicas = clone_replicate(model, [0, 1])
+    for replica in replicas:
+        for p, q in zip(replica.parameters(), model.parameters(), strict=True):
+            assert torch.equal(p, q) and p.data_ptr() != q.data_ptr()
+    assert replicas[0] is not model
+
+
+def test_frozen_parameters_get_no_edge_and_no_gradient():
+    model = mlp()
+    model[0].weight.requires_grad_(False)
+    replicas = clone_replicate(model, [0, 1])
+    assert replicas[1][0].weight.grad_fn is None and not replicas[1][0].weight.requires_grad
+    out = torch.cat([replicas[0](batches()[0][0][:4]), replicas[1](batches()[0][0][4:])])
+    out.sum().backward()
+    assert model[0].weight.grad is None and model[2].weight.grad is not None
+
+
+@pytest.mark.parametrize("strategy", ["broadcast", "clone"])
+def test_tied_weights_stay_tied_and_train_like_one_device(strategy):
+    replicas = lp.DataParallel(Tied().double(), [0, 1], replicate=strategy).replicate(
+        Tied().double(), [0, 1]
+    )
+    for replica in replicas:
+        assert replica.encode.weight is replica.decode.weight
+    reference = Tied().double()
+    expected = train(reference, reference, batches(features=6))
+    model = Tied().double()
+    dp = lp.DataParallel(model, device_ids=[0, 1, 2], replicate=strategy)
+    assert_same(train(model, dp, batches(features=6)), expected)
+
+
+def test_batchnorm_statistics_broadcast_keeps_replica_0s_clone_keeps_none():
+    x = batches()[0][0]
+    stats = {}
+    for strategy in ("broadcast", "clone"):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4)).double()
+        lp.DataParallel(model, device_ids=[0, 1], replicate=strategy)(x)
+        stats[strategy] = (model[1].running_mean.clone(), int(model[1].num_batches_tracked))
+    torch.manual_seed(0)
+    reference = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4)).double()
+    reference(x[:4])  # replica 0's half of the batch
+    torch.testing.assert_close(stats["broadcast"][0], reference[1].running_mean, **TOL)
+    assert stats["broadcast"][1] == 1
+    assert torch.equal(stats["clone"][0], torch.zeros(4, dtype=torch.double))
+    assert stats["clone"][1] == 0
+
+
+def test_buffers_that_require_grad_are_wired_like_parameters():
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("scale", torch.tensor(2.0, dtype=torch.double).requires_grad_())
+
+        def forward(self, x):
+            return x * self.scale
+
+    module = Scaled()
+    x = batches()[0][0]
+    lp.DataParallel(module, [0, 1], replicate="clone")(x).sum().backward()
+    torch.testing.assert_close(module.scale.grad, x.sum(), **TOL)
+
+
+@pytest.mark.parametrize("strategy", ["broadcast", "clone"])
+def test_double_backward_matches_one_device(strategy):
+    x = batches()[0][0]
+
+    def second_order(model, forward):
+        params = list(model.parameters())
+        grads = torch.autograd.grad(forward(x).pow(2).sum(), params, create_graph=True)
+        return torch.autograd.grad(sum(g.pow(2).sum() for g in grads), params)
+
+    reference = mlp()
+    expected = second_order(reference, reference)
+    model = mlp()
+    got = second_order(model, lp.DataParallel(model, [0, 1, 2], replicate=strategy))
+    for a, b in zip(got, expected, strict=True):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+def test_no_grad_replicas_have_no_edges():
+    with torch.no_grad():
+        replicas = clone_replicate(mlp(), [0, 1], detach=False)
+    model = mlp()
+    replicas = clone_replicate(model, [0, 1], detach=True)
+    assert all(p.grad_fn is None for r in replicas for p in r.parameters())
+
+
+def test_reduce_add_edge_sums_onto_the_source():
+    original = torch.zeros(3, dtype=torch.double, requires_grad=True)
+    clones = [torch.zeros(3, dtype=torch.double) for _ in range(3)]
+    outs = ReduceAddEdge.apply(torch.device("cpu"), original, *clones)
+    sum((i + 1) * o.sum() for i, o in enumerate(outs)).backward()
+    torch.testing.assert_close(original.grad, torch.full((3,), 6.0, dtype=torch.double))
+
+
+def test_unknown_strategy_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="replicate='clone'"):
+        lp.DataParallel(mlp(), [0, 1], replicate="copy")
+
+
+def test_clone_to_keeps_shared_submodules_shared():
+    layer = nn.Linear(2, 2)
+    twice = nn.Sequential(layer, nn.Tanh(), layer)
+    copied = clone_to(twice, lp.Device("sim", 1))
+    assert copied[0] is copied[2] and copied[0] is not layer

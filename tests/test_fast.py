@@ -1,0 +1,282 @@
+"""FastDataParallel's rungs on simulated devices, in float64, against one-device training.
+
+Kept replicas and overlapped reduction run on the CPU too (CUDA graphs are
+tested in test_gpu_bridges.py); each must equal one-device training: outputs,
+gradients and weights after three SGD steps with momentum (tolerance as in
+test_equivalence.py). The preconditions that can be checked are refused with
+errors that name the fix.
+"""
+
+import contextlib
+import json
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import learn_parallel as lp
+from learn_parallel.fast import FastDataParallel
+from learn_parallel.lab import ladder
+
+TOL = {"rtol": 1e-10, "atol": 1e-12}
+RUNGS = {
+    "kept_replicas": {"overlap_reduce": False},
+    "overlap_reduce": {"overlap_reduce": True, "bucket_mb": 0.0005},
+}
+
+
+def net(batch_norm=False):
+    torch.manual_seed(0)
+    norm = [nn.BatchNorm1d(16)] if batch_norm else []
+    return nn.Sequential(nn.Linear(6, 16), *norm, nn.ReLU(), nn.Linear(16, 3)).double()
+
+
+def batches(n=12, steps=3):
+    g = torch.Generator().manual_seed(1)
+    return [
+        (torch.randn(n, 6, generator=g, dtype=torch.double), torch.randint(0, 3, (n,), generator=g))
+        for _ in range(steps)
+    ]
+
+
+def train(model, forward, data=None):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    history = []
+    for x, y in data or batches():
+        optimizer.zero_grad(set_to_none=True)
+        out = forward(x)
+        nn.functional.cross_entropy(out, y).backward()
+        history.append((out.detach().clone(), [p.grad.clone() for p in model.parameters()]))
+        optimizer.step()
+    return history, [p.detach().clone() for p in model.parameters()]
+
+
+def assert_same(a, b):
+    (hist_a, final_a), (hist_b, final_b) = a, b
+    for (out_a, grads_a), (out_b, grads_b) in zip(hist_a, hist_b, strict=True):
+        torch.testing.assert_close(out_a, out_b, **TOL)
+        for ga, gb in zip(grads_a, grads_b, strict=True):
+            torch.testing.assert_close(ga, gb, **TOL)
+    for pa, pb in zip(final_a, final_b, strict=True):
+        torch.testing.assert_close(pa, pb, **TOL)
+
+
+def one_device(batch_norm=False):
+    model = net(batch_norm)
+    return train(model, model)
+
+
+@pytest.mark.parametrize("rung", list(RUNGS))
+@pytest.mark.parametrize("devices", [[0, 1], [0, 1, 2, 3], [2, 0, 3]])
+def test_rung_trains_like_one_device(rung, devices):
+    model = net()
+    fast = FastDataParallel(model, devices, **RUNGS[rung])
+    assert_same(train(model, fast), one_device())
+
+
+def test_overlap_reduces_every_bucket_inside_backward():
+    model = net()
+    fast = FastDataParallel(model, [0, 1], bucket_mb=0.0005)
+    train(model, fast)
+    assert len(fast._buckets) >= 2
+    assert fast.overlapped_reductions == 3 * len(fast._buckets)
+    kept = FastDataParallel(net(), [0, 1], overlap_reduce=False)
+    train(kept.module, kept)
+    assert kept.overlapped_reductions == 0 and len(kept._buckets) == 1
+
+
+@pytest.mark.parametrize("rung", list(RUNGS))
+def test_batchnorm_statistics_follow_replica_0_as_in_dataparallel(rung):
+    a, b = net(batch_norm=True), net(batch_norm=True)
+    got = train(a, FastDataParallel(a, [0, 1, 2], **RUNGS[rung]))
+    expected = train(b, lp.DataParallel(b, [0, 1, 2]))
+    assert_same(got, expected)
+    torch.testing.assert_close(a[1].running_mean, b[1].running_mean, **TOL)
+    torch.testing.assert_close(a[1].running_var, b[1].running_var, **TOL)
+    assert int(a[1].num_batches_tracked) == int(b[1].num_batches_tracked) == 3
+
+
+def test_replicas_are_not_parameters_of_the_wrapper():
+    model = net()
+    fast = FastDataParallel(model, [0, 1, 2])
+    assert [id(p) for p in fast.parameters()] == [id(p) for p in model.parameters()]
+    assert set(fast.state_dict()) == {f"module.{k}" for k in model.state_dict()}
+
+
+def test_short_batch_uses_fewer_replicas_and_still_matches():
+    data = [(x[:2], y[:2]) for x, y in batches()]
+    model = net()
+    reference = net()
+    assert_same(
+        train(model, FastDataParallel(model, [0, 1, 2, 3]), data), train(reference, reference, data)
+    )
+
+
+def test_two_backwards_accumulate_like_one_device():
+    x, y = batches()[0]
+    model, reference = net(), net()
+    fast = FastDataParallel(model, [0, 1])
+    for forward in (fast, reference):
+        for _ in range(2):
+            nn.functional.cross_entropy(forward(x), y).backward()
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, **TOL)
+
+
+def test_frozen_parameter_gets_no_gradient_and_eval_runs():
+    model = net()
+    model[0].weight.requires_grad_(False)
+    fast = FastDataParallel(model, [0, 1])
+    x, y = batches()[0]
+    nn.functional.cross_entropy(fast(x), y).backward()
+    assert model[0].weight.grad is None and model[2].weight.grad is not None
+    fast.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x), **TOL)
+
+
+def test_cuda_graphs_refused_on_simulated_devices():
+    with pytest.raises(ValueError, match="cuda_graphs=False"):
+        FastDataParallel(net(), [0, 1], cuda_graphs=True)
+
+
+def test_replaced_parameter_is_refused():
+    model = net()
+    fast = FastDataParallel(model, [0, 1])
+    model[0].weight = nn.Parameter(model[0].weight.detach().clone())
+    with pytest.raises(RuntimeError, match="Wrap the module again"):
+        fast(batches()[0][0])
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph")
+def test_double_backward_is_refused():
+    model = net()
+    fast = FastDataParallel(model, [0, 1])
+    loss = fast(batches()[0][0]).pow(2).sum()
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.backward(loss, create_graph=True)
+
+
+def test_buffer_that_requires_grad_is_refused():
+    module = nn.Linear(2, 2).double()
+    module.register_buffer("scale", torch.ones(1, dtype=torch.double, requires_grad=True))
+    with pytest.raises(ValueError, match="buffer that requires grad"):
+        FastDataParallel(module, [0, 1])
+
+
+def test_tied_weights_stay_tied_in_the_replicas_and_train_like_one_device():
+    def tied():
+        torch.manual_seed(0)
+        layer = nn.Linear(6, 6).double()
+        return nn.Sequential(layer, nn.Tanh(), layer, nn.Linear(6, 3).double())
+
+    model = tied()
+    fast = FastDataParallel(model, [0, 1])
+    for replica in fast._replicas:
+        assert replica[0] is replica[2]
+    reference = tied()
+    assert_same(train(model, fast), train(reference, reference))
+
+
+def test_ladder_quick_run_writes_every_rung(tmp_path):
+    argv = ["--out", str(tmp_path), "--quick", "--no-ddp", "--steps", "2", "--warmup", "1"]
+    assert ladder.main(argv + ["--workloads", "mlp"]) == 0
+    report = json.loads((tmp_path / "ladder.json").read_text())
+    status = {r["rung"]: r["status"] for r in report["rows"]}
+    assert status == {
+        "torch_dp": "not applicable", "persistent_workers": "not applicable",
+        "lean_replicate": "ok", "kept_replicas": "ok", "overlap_reduce": "ok",
+        "cuda_graphs": "not applicable",
+    }  # fmt: skip
+    assert all(r["step_ms"] > 0 and "timeline" in r for r in report["rows"] if r["status"] == "ok")
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph")
+def test_a_backward_that_raised_leaves_no_state_behind():
+    # The refused double backward raises inside backward, so the end-of-backward
+    # callback never runs; the next steps must still train like one device.
+    model = net()
+    fast = FastDataParallel(model, [0, 1], bucket_mb=0.0005)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.backward(fast(batches()[0][0]).pow(2).sum(), create_graph=True)
+    assert_same(train(model, fast), one_device())
+
+
+class FakeCuda:
+    """Just enough of torch.cuda's current device and streams to watch a capture fail on the CPU.
+
+    A stream is ``(name, device index)``; every device starts on its default stream.
+    """
+
+    def __init__(self, count):
+        self.device = 0
+        self.current = {i: ("default", i) for i in range(count)}
+        self.captures = []
+
+    def patch(self, mp, fail_on):
+        mp.setattr(torch.cuda, "current_device", lambda: self.device)
+        mp.setattr(torch.cuda, "set_device", self.set_device)
+        mp.setattr(torch.cuda, "current_stream", lambda i=None: self.current[i])
+        mp.setattr(torch.cuda, "set_stream", self.set_stream)
+        mp.setattr(torch.cuda, "synchronize", lambda i=None: None)
+        mp.setattr(torch.cuda, "Stream", lambda i: ("capture", i))
+        mp.setattr(torch.cuda, "device", self.device_context)
+        mp.setattr(torch.cuda.graph, "default_capture_stream", ("class-wide", 0))
+        mp.setattr(torch.cuda, "make_graphed_callables", self.capturer(fail_on))
+
+    def set_device(self, index):
+        self.device = index
+
+    def set_stream(self, stream):  # as torch.cuda.set_stream: the stream's device becomes current
+        self.current[stream[1]] = stream
+        self.device = stream[1]
+
+    @contextlib.contextmanager
+    def device_context(self, index):
+        previous, self.device = self.device, index
+        yield
+        self.device = previous
+
+    def capturer(self, fail_on):
+        def make_graphed_callables(module, sample, allow_unused_input=False):
+            stream = torch.cuda.graph.default_capture_stream
+            self.captures.append((threading.current_thread(), self.device, stream))
+            module.forward = lambda *args: pytest.fail("a graphed forward ran")
+            if self.device == fail_on:
+                # What torch.cuda.graph does when ending the capture raises: its
+                # capture stream stays current.
+                self.set_stream(stream)
+                raise RuntimeError(
+                    "CUDA error: operation failed due to a previous error during capture"
+                )
+            return module
+
+        return make_graphed_callables
+
+
+def test_a_failed_capture_restores_streams_and_refuses_with_the_cause():
+    model = net()
+    fast = FastDataParallel(model, [0, 1])
+    fast.cuda_graphs = True  # simulated devices refuse it at construction; the fake stands in
+    fake = FakeCuda(2)
+    x = batches()[0][0]
+    with pytest.MonkeyPatch.context() as mp:
+        fake.patch(mp, fail_on=1)
+        with pytest.raises(RuntimeError, match="previous error during capture"):
+            fast(x)
+        # One replica at a time, from the calling thread, each on its own device's stream.
+        assert fake.captures == [
+            (threading.current_thread(), 0, ("capture", 0)),
+            (threading.current_thread(), 1, ("capture", 1)),
+        ]
+        assert fake.current == {0: ("default", 0), 1: ("default", 1)}
+        assert fake.device == 0
+        assert torch.cuda.graph.default_capture_stream == ("class-wide", 0)
+        with pytest.raises(RuntimeError, match="capturing the replicas' CUDA graphs failed"):
+            fast(x)
+    # The eager forwards are back: evaluation still runs, and matches one device.
+    assert all("forward" not in replica.__dict__ for replica in fast._replicas)
+    fast.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x), **TOL)
