@@ -28,7 +28,7 @@ from torch import nn
 from torch.autograd import Function
 
 from learn_parallel.devices import Device, DeviceLike, to_device
-from learn_parallel.replicate import _check_replicable, replicate
+from learn_parallel.replicate import check_replicable, replicate
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
@@ -127,7 +127,7 @@ def clone_replicate(
     edges.
     """
     devices = [to_device(d) for d in devices]
-    _check_replicable(network, devices[0])
+    check_replicable(network, devices[0])
     clones = [clone_to(network, device) for device in devices]
     if detach:
         return clones

@@ -169,6 +169,14 @@ def _tensors_to_copy(
     return modules, params, buffers
 
 
+def check_replicable(network: nn.Module, source: Device) -> None:
+    """Raise unless every parameter and buffer of ``network`` can be copied from ``source``.
+
+    The same walk and the same errors as `replicate`, for strategies that copy otherwise.
+    """
+    _tensors_to_copy(network, source)
+
+
 _DEFAULT_SHALLOW_COPY = nn.Module._replicate_for_data_parallel
 
 

@@ -33,10 +33,15 @@ from torch import nn
 
 from learn_parallel.clone_replicate import STRATEGIES
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import SIMULATED_DEVICES_ENV, device_count, resolve_device_ids
+from learn_parallel.devices import (
+    SIMULATED_DEVICES_ENV,
+    device_count,
+    resolve_device_ids,
+    synchronize,
+)
 from learn_parallel.fast import FastDataParallel
-from learn_parallel.lab.bench import Group, Settings, run_ddp, time_steps, train_step
-from learn_parallel.lab.timing import Recorder, describe_hardware
+from learn_parallel.lab.bench import Group, Settings, run_ddp, train_step
+from learn_parallel.lab.timing import Recorder, describe_hardware, step_times_ms
 from learn_parallel.lab.workloads import Workload, build_model, make_batch
 
 SCHEMA = "learn_parallel.lab.ladder/1"
@@ -115,16 +120,6 @@ def default_workloads(on_gpu: bool, quick: bool) -> list[Workload]:
     ]
 
 
-def _sync(count: int) -> None:
-    if torch.cuda.is_available():
-        for i in range(count):
-            torch.cuda.synchronize(i)
-
-
-def _source() -> torch.device:
-    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-
-
 # [measure-rung]
 def measure_rung(
     rung: Rung, workload: Workload, count: int, warmup: int, steps: int, timeline_steps: int
@@ -136,19 +131,21 @@ def measure_rung(
         row.update(status="not applicable", note="needs CUDA GPUs")
         return row
     try:
-        model = build_model(workload).to(_source())
-        forward = rung.build(model, list(range(count)))
+        devices = resolve_device_ids(list(range(count)))
+        source = devices[0].torch_device
+        model = build_model(workload).to(source)
+        forward = rung.build(model, [d.index for d in devices])
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        x, y = make_batch(workload, workload.batch, _source())
+        x, y = make_batch(workload, workload.batch, source)
 
         def step() -> None:
             train_step(forward, x, y, workload, optimizer)
 
-        times = time_steps(step, lambda: _sync(count), warmup, steps)
+        times = step_times_ms(step, devices, warmup, steps)
         row.update(step_ms=statistics.median(times), step_ms_all=times)
-        devices = getattr(forward, "devices", None)  # torch's DataParallel marks no phases
-        if devices is not None and timeline_steps > 0:
-            with Recorder(devices=devices) as recorder:
+        marked = getattr(forward, "devices", None)  # torch's DataParallel marks no phases
+        if marked is not None and timeline_steps > 0:
+            with Recorder(devices=marked) as recorder:
                 for _ in recorder.steps(timeline_steps):
                     step()
             row["timeline"] = recorder.timeline().to_dict()
@@ -163,8 +160,8 @@ def measure_rung(
 
 def replicate_host_ms(workload: Workload, count: int, repeats: int = 20) -> dict[str, float]:
     """Median host time of one replicate call per strategy (no synchronize inside the timing)."""
-    model = build_model(workload).to(_source())
     devices = resolve_device_ids(list(range(count)))
+    model = build_model(workload).to(devices[0].torch_device)
     result = {}
     for name, strategy in STRATEGIES.items():
         times = []
@@ -173,7 +170,7 @@ def replicate_host_ms(workload: Workload, count: int, repeats: int = 20) -> dict
             replicas = strategy(model, devices, False)
             times.append((time.perf_counter() - start) * 1e3)
             del replicas
-            _sync(count)
+            synchronize(devices)
         result[name] = statistics.median(times[2:])
     return result
 
