@@ -642,9 +642,9 @@ def load_recorded(machine: str = "h200-x4") -> Recorded:
     if chapters is None and bench is None:
         raise FileNotFoundError(
             f"No recorded runs for {machine!r}: {folder} holds neither chapters.json nor "
-            f"bench.json. They ship with the package: reinstall learn-parallel "
-            f"(pip install --force-reinstall learn-parallel), or set LEARN_PARALLEL_DATA to "
-            f"a folder that holds {machine}/ (the layout book/data/record_gpu_runs.sh writes)."
+            f"bench.json. The recorded runs ship inside the package (learn_parallel/lab/"
+            f"recorded): reinstall it, or set LEARN_PARALLEL_DATA to a folder that holds "
+            f"{machine}/ (the layout book/data/record_gpu_runs.sh writes)."
         )
     chapters = chapters or {"measurements": {}, "timelines": {}}
     meta = (bench or {}).get("meta", {})
