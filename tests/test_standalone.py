@@ -1,9 +1,9 @@
 """Every chapter works as a plain notebook, not only in the built site.
 
-* ``test_plain_nbconvert_shows_markdown_and_source``: each notebook converted to HTML by
-  nbconvert alone (no Sphinx) has no raw MyST directive markup in its Markdown, and each
-  ``show_source`` cell's stored output holds the real source of what it names, under
-  that file's name and lines.
+* ``test_plain_nbconvert_*``: each notebook converted to HTML by nbconvert alone (no
+  Sphinx) has no raw MyST directive markup in its Markdown, and each ``show_source``
+  cell's stored output holds the current source of what it names, under that file's name
+  and lines.
 * ``test_the_wheel_runs_a_chapter_offline``: a wheel of the package, installed into a
   fresh virtual environment outside the repository, executes a chapter with every network
   connection refused, recorded H200 plots included (they ship in the wheel).
@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import html
 import os
 import re
@@ -60,14 +61,19 @@ def _show_source_calls(cell) -> list[tuple]:
 # -- plain nbconvert ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_plain_nbconvert_shows_markdown_and_source(path):
+@functools.cache
+def _plain_html(path: Path):
+    """A notebook as plain nbconvert renders it (stored outputs, no Sphinx), parsed."""
     from bs4 import BeautifulSoup
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(path, as_version=4)
-    page = BeautifulSoup(HTMLExporter().from_notebook_node(nb)[0], "html.parser")
+    return nb, BeautifulSoup(HTMLExporter().from_notebook_node(nb)[0], "html.parser")
 
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_plain_nbconvert_renders_no_directive_markup(path):
+    nb, page = _plain_html(path)
     # The HTML, not only its text: a ```{exercise-start} fence renders as a code block whose
     # class attribute still carries the directive's name.
     markdown = [str(cell) for cell in page.select(".jp-MarkdownCell")]
@@ -75,6 +81,10 @@ def test_plain_nbconvert_shows_markdown_and_source(path):
     raw = [m for text in markdown for m in RAW_MARKUP if m in text]
     assert not raw, f"{path.name}: Sphinx-only markup shows as text in Jupyter: {sorted(set(raw))}"
 
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_plain_nbconvert_shows_the_real_source(path):
+    nb, page = _plain_html(path)
     code_cells = page.select(".jp-CodeCell")
     shown = 0
     for cell, rendered in zip([c for c in nb.cells if c.cell_type == "code"], code_cells):
