@@ -1,8 +1,10 @@
 """The README's demo command really runs, reports the split it made, and refuses bad input
 in one line."""
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +50,16 @@ def test_bad_input_gets_one_line_with_the_fix(args, message):
     usage, error = done.stderr.strip().splitlines()
     assert usage.startswith("usage: python -m learn_parallel demo")
     assert error == f"python -m learn_parallel demo: error: {message}"
+
+
+def test_the_readme_shows_what_the_demo_prints():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    sample = re.search(r"```\n(A batch of 10 rows.*?)```", readme, re.S).group(1)
+    done = _demo()  # the README's command: all (four simulated) devices, batch 10
+    assert done.returncode == 0, done.stderr
+    timing = re.compile(r"\d+\.\d+ ms")
+    printed = [timing.sub("T ms", line) for line in done.stdout.splitlines()]
+    lines = [line for line in sample.splitlines() if line.strip() != "..."]
+    assert len(lines) >= 3
+    for line in lines:
+        assert timing.sub("T ms", line) in printed, line

@@ -298,6 +298,8 @@ def test_the_wheel_runs_a_chapter_offline(offline_venv, tmp_path):
             "import sys, nbformat\n"
             "from nbclient import NotebookClient\n"
             "nb = nbformat.read(sys.argv[1], as_version=4)\n"
+            # which learn_parallel the chapter's kernel imported
+            "nb.cells.append(nbformat.v4.new_code_cell('print(lp.__file__)'))\n"
             "NotebookClient(nb, timeout=600, kernel_name='python3').execute()\n"
             "nbformat.write(nb, sys.argv[1])\n",
             chapter,
@@ -310,6 +312,8 @@ def test_the_wheel_runs_a_chapter_offline(offline_venv, tmp_path):
     )
     assert run.returncode == 0, run.stderr[-4000:]
     nb = nbformat.read(chapter, as_version=4)
+    kernel_import = Path(nb.cells[-1].outputs[0]["text"].strip())
+    assert kernel_import.is_relative_to(offline_venv.parent.parent), kernel_import
     setup = "".join(o.get("text", "") for o in nb.cells[1].outputs)
     assert "recorded GPU runs: 4 x NVIDIA H200 (CUDA events)" in setup
     plots = [
