@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import device_type
+from learn_parallel.devices import device_count, device_type
 from learn_parallel.lab import bench
 
 
@@ -45,10 +45,15 @@ def demo(batch: int, devices: int | None, features: int = 16) -> None:
 
     print(f"device type: {device_type()}")
     print(dp)
+    # One untimed step first: the first call starts the worker threads and lets PyTorch
+    # set up its kernels and autograd, which takes far longer than the step itself.
+    dp(x, row_ids=rows).sum().backward()
+    log.clear()
+    model.zero_grad()
     out = dp(x, row_ids=rows)
     out.sum().backward()
 
-    print(f"\nA batch of {batch} rows was split into {len(log)} pieces:")
+    print(f"\nA batch of {batch} rows was split into {len(log)} pieces (after one warm-up step):")
     for first, last, device, where, seconds in sorted(log, key=lambda r: r[0]):
         print(
             f"  rows {first:>3}-{last:<3} -> {where} (tensors on {device}, {seconds * 1e3:.2f} ms)"
@@ -60,15 +65,41 @@ def demo(batch: int, devices: int | None, features: int = 16) -> None:
         print("(Devices are simulated on the CPU: timings are host clocks, not GPU times.)")
 
 
+def _positive(text: str) -> int:
+    """argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _device_count_error(asked: int) -> str | None:
+    """Why ``--devices asked`` cannot run here, with the fix; None if it can."""
+    have = device_count()
+    if asked <= have:
+        return None
+    if device_type() == "sim":
+        return (
+            f"argument --devices: {asked} devices asked for, but there are only {have} "
+            f"simulated devices; set LEARN_PARALLEL_SIMULATED_DEVICES={asked} to simulate more"
+        )
+    return f"argument --devices: {asked} devices asked for, but this machine has {have} GPUs"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m learn_parallel", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     run_demo = commands.add_parser(
         "demo", help="run one DataParallel step and show how the batch was split"
     )
-    run_demo.add_argument("--batch", type=int, default=10, help="rows in the batch (default 10)")
     run_demo.add_argument(
-        "--devices", type=int, default=None, help="number of devices (default: all)"
+        "--batch", type=_positive, default=10, help="rows in the batch (default 10)"
+    )
+    run_demo.add_argument(
+        "--devices", type=_positive, default=None, help="number of devices (default: all)"
     )
     run_bench = commands.add_parser(
         "bench",
@@ -79,6 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.command == "demo":
+        problem = None if args.devices is None else _device_count_error(args.devices)
+        if problem:
+            run_demo.error(problem)
         demo(args.batch, args.devices)
     elif args.command == "bench":
         return bench.run_cli(args, argv[argv.index("bench") + 1 :])

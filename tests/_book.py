@@ -39,5 +39,5 @@ def html_is_fresh() -> bool:
     if not index.exists():
         return False
     sources = [*BOOK.glob("*.ipynb"), *BOOK.glob("*.md"), ROOT / "_config.yml", ROOT / "_toc.yml"]
-    sources += list((ROOT / "learn_parallel").glob("*.py"))
+    sources += list((ROOT / "learn_parallel").rglob("*.py"))  # chapters show lab/ code too
     return index.stat().st_mtime >= max(p.stat().st_mtime for p in sources)

@@ -1,20 +1,65 @@
-"""The README's demo command really runs and reports the split it made."""
+"""The README's demo command really runs, reports the split it made, and refuses bad input
+in one line."""
 
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 
-def test_demo_shows_the_split_on_simulated_devices():
-    done = subprocess.run(
-        [sys.executable, "-m", "learn_parallel", "demo", "--batch", "10", "--devices", "4"],
+def _demo(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "learn_parallel", "demo", *args],
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_demo_shows_the_split_on_simulated_devices():
+    done = _demo("--batch", "10", "--devices", "4")
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "A batch of 10 rows was split into 4 pieces:" in out
+    assert "A batch of 10 rows was split into 4 pieces (after one warm-up step):" in out
     for rows, device in [("0-2", 0), ("3-5", 1), ("6-8", 2), ("9-9", 3)]:
         assert f"rows   {rows:<5} -> learn_parallel worker sim:{device}" in out
     assert "equal to one device: True" in out
     assert "simulated on the CPU" in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--devices", "9"],
+            "argument --devices: 9 devices asked for, but there are only 4 simulated devices; "
+            "set LEARN_PARALLEL_SIMULATED_DEVICES=9 to simulate more",
+        ),
+        (["--devices", "0"], "argument --devices: must be at least 1, got 0"),
+        (["--batch", "ten"], "argument --batch: expected a whole number, got 'ten'"),
+        (["--batch", "-3"], "argument --batch: must be at least 1, got -3"),
+    ],
+)
+def test_bad_input_gets_one_line_with_the_fix(args, message):
+    done = _demo(*args)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "Traceback" not in done.stderr
+    usage, error = done.stderr.strip().splitlines()
+    assert usage.startswith("usage: python -m learn_parallel demo")
+    assert error == f"python -m learn_parallel demo: error: {message}"
+
+
+def test_the_readme_shows_what_the_demo_prints():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    sample = re.search(r"```\n(A batch of 10 rows.*?)```", readme, re.S).group(1)
+    done = _demo()  # the README's command: all (four simulated) devices, batch 10
+    assert done.returncode == 0, done.stderr
+    timing = re.compile(r"\d+\.\d+ ms")
+    printed = [timing.sub("T ms", line) for line in done.stdout.splitlines()]
+    lines = [line for line in sample.splitlines() if line.strip() != "..."]
+    assert len(lines) >= 3
+    for line in lines:
+        assert timing.sub("T ms", line) in printed, line

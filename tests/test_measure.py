@@ -108,12 +108,21 @@ def test_the_recorded_h200_run_is_complete():
 
 
 def test_a_missing_recording_says_where_it_looked(monkeypatch, tmp_path):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(measure, "DATA_URL", (tmp_path / "nowhere").as_uri())
     with pytest.raises(
-        FileNotFoundError, match="No recorded runs for 'h200-x99'.*LEARN_PARALLEL_DATA"
+        FileNotFoundError,
+        match="No recorded runs for 'h200-x99'.*learn_parallel/lab/recorded.*LEARN_PARALLEL_DATA",
     ):
         measure.load_recorded("h200-x99")
+    monkeypatch.setenv("LEARN_PARALLEL_DATA", str(tmp_path))  # replaces the packaged folder
+    with pytest.raises(FileNotFoundError, match=f"{tmp_path}/h200-x4 holds neither"):
+        measure.load_recorded("h200-x4")
+
+
+def test_the_recordings_are_package_data():
+    from importlib import resources
+
+    folder = resources.files("learn_parallel.lab") / "recorded"
+    assert measure.load_recorded("h200-x2").source == str(folder / "h200-x2")
 
 
 def test_the_plot_names_the_hardware_of_each_panel():

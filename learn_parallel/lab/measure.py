@@ -8,8 +8,7 @@ live plot and the recorded one come from the same code.
 ``python -m learn_parallel.lab.measure --out DIR`` runs them all on this machine's
 devices and writes ``DIR/chapters.json``; ``book/data/record_gpu_runs.sh``
 calls it on the GPU machines. ``load_recorded("h200-x4")`` reads such a run
-back (from the repository's ``book/data``, or from GitHub when the package was
-installed without the repository, e.g. on Colab).
+back from ``learn_parallel/lab/recorded/h200-x4``, which ships with the package.
 """
 
 from __future__ import annotations
@@ -23,11 +22,11 @@ import statistics
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -51,6 +50,9 @@ from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.replicate import copy_to_devices, replicate
 from learn_parallel.scatter_gather import gather, scatter
 from learn_parallel.tuple_parallel import TupleParallel, split_batch
+
+if TYPE_CHECKING:  # Python 3.10 has it elsewhere; only the annotations need it
+    from importlib.resources.abc import Traversable
 
 
 @dataclass
@@ -553,13 +555,14 @@ def record_all(devices: Sequence[DeviceLike] | None = None, progress: bool = Tru
     return report
 
 
-# The repository this package comes from; where load_recorded looks without a checkout.
-DATA_URL = "https://raw.githubusercontent.com/learn-parallel/learn-parallel/main/book/data"
+# The recorded runs ship inside the package (package data), one folder per machine, so an
+# installed copy finds them offline; LEARN_PARALLEL_DATA names another folder of machines.
+RECORDED_DATA = "recorded"
 
 
 @dataclass
 class Recorded:
-    """A GPU machine's recorded runs, as committed under ``book/data/<machine>``."""
+    """A GPU machine's recorded runs, as shipped under ``learn_parallel/lab/recorded/<machine>``."""
 
     machine: str
     hardware: str
@@ -568,12 +571,14 @@ class Recorded:
     bench: dict[str, Any] | None = None  # python -m learn_parallel bench's JSON
     chain_bench: dict[str, Any] | None = None
     date: str = ""
-    source: str = ""  # the folder or URL it was read from
+    source: str = ""  # the folder it was read from
     # A second run of every measurement made right after the first (chapters-repeat.json),
     # to show how much host-side timings move between runs; empty when not recorded.
     repeat: dict[str, Measurement] = field(default_factory=dict)
 
     def measurement(self, key: str) -> Measurement:
+        if key == "chain" and key not in self.measurements and self.chain_bench:
+            return self.chain()  # the options chapter's chain, from chain_bench.json
         if key not in self.measurements:
             raise KeyError(
                 f"The recording from {self.machine} has no measurement {key!r} "
@@ -608,63 +613,53 @@ class Recorded:
         return chain_measurement(report.get("results", []), machine, on_gpus, mb)
 
 
-def _candidate_folders(machine: str) -> list[Path]:
-    folders = []
+def recorded_root() -> Traversable:
+    """The folder that holds one folder per recorded machine.
+
+    The package's own ``learn_parallel/lab/recorded`` (found through
+    ``importlib.resources``, so it works from a wheel as well as from a checkout), or
+    ``$LEARN_PARALLEL_DATA`` when that is set (e.g. a run just recorded elsewhere).
+    """
     if os.environ.get("LEARN_PARALLEL_DATA"):
-        folders.append(Path(os.environ["LEARN_PARALLEL_DATA"]) / machine)
-    folders.append(Path.cwd() / "data" / machine)  # a notebook running in book/
-    folders.append(Path(__file__).resolve().parents[2] / "book" / "data" / machine)
-    return folders
+        return Path(os.environ["LEARN_PARALLEL_DATA"])
+    return resources.files("learn_parallel.lab") / RECORDED_DATA
 
 
-def _read(folder: str | Path, name: str) -> dict[str, Any] | None:
-    """One JSON file from a folder or URL; None when it is not there."""
-    if isinstance(folder, Path):
-        path = folder / name
-        return json.loads(path.read_text()) if path.is_file() else None
-    try:
-        with urllib.request.urlopen(f"{folder}/{name}", timeout=10) as response:
-            return json.loads(response.read())
-    except OSError:
-        return None
+def _read(folder: Traversable, name: str) -> dict[str, Any] | None:
+    """One JSON file of a recording; None when it is not there."""
+    path = folder / name
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def load_recorded(machine: str = "h200-x4") -> Recorded:
-    """The runs recorded on ``machine`` (a folder name under ``book/data``).
-
-    Looks in ``$LEARN_PARALLEL_DATA``, ``./data`` (a notebook in ``book/``), the
-    repository this package was installed from, and last the repository on GitHub.
-    """
-    where: list[str | Path] = [*_candidate_folders(machine), f"{DATA_URL}/{machine}"]
-    for folder in where:
-        chapters, bench = _read(folder, "chapters.json"), _read(folder, "bench.json")
-        if chapters is None and bench is None:
-            continue
-        chapters = chapters or {"measurements": {}, "timelines": {}}
-        meta = (bench or {}).get("meta", {})
-        clock = " (CUDA events)" if meta.get("hardware", {}).get("device_type") == "cuda" else ""
-        return Recorded(
-            machine=machine,
-            hardware=chapters.get("hardware") or meta.get("hardware", {}).get("label", "") + clock,
-            measurements={k: Measurement.from_dict(v) for k, v in chapters["measurements"].items()},
-            timelines={k: Timeline.from_dict(v) for k, v in chapters["timelines"].items()},
-            bench=bench,
-            chain_bench=_read(folder, "chain_bench.json"),
-            date=chapters.get("date") or meta.get("date", ""),
-            source=str(folder),
-            repeat={
-                k: Measurement.from_dict(v)
-                for k, v in (_read(folder, "chapters-repeat.json") or {})
-                .get("measurements", {})
-                .items()
-            },
+    """The runs recorded on ``machine`` (a folder name under `recorded_root`)."""
+    folder = recorded_root() / machine
+    chapters, bench = _read(folder, "chapters.json"), _read(folder, "bench.json")
+    if chapters is None and bench is None:
+        raise FileNotFoundError(
+            f"No recorded runs for {machine!r}: {folder} holds neither chapters.json nor "
+            f"bench.json. The recorded runs ship inside the package (learn_parallel/lab/"
+            f"recorded): reinstall it, or set LEARN_PARALLEL_DATA to a folder that holds "
+            f"{machine}/ (the layout book/data/record_gpu_runs.sh writes)."
         )
-    tried = ", ".join(map(str, where))
-    raise FileNotFoundError(
-        f"No recorded runs for {machine!r}: looked for chapters.json and bench.json in "
-        f"{tried}. Run the "
-        f"notebook from the repository's book/ folder, or set LEARN_PARALLEL_DATA to a "
-        f"copy of book/data."
+    chapters = chapters or {"measurements": {}, "timelines": {}}
+    meta = (bench or {}).get("meta", {})
+    clock = " (CUDA events)" if meta.get("hardware", {}).get("device_type") == "cuda" else ""
+    return Recorded(
+        machine=machine,
+        hardware=chapters.get("hardware") or meta.get("hardware", {}).get("label", "") + clock,
+        measurements={k: Measurement.from_dict(v) for k, v in chapters["measurements"].items()},
+        timelines={k: Timeline.from_dict(v) for k, v in chapters["timelines"].items()},
+        bench=bench,
+        chain_bench=_read(folder, "chain_bench.json"),
+        date=chapters.get("date") or meta.get("date", ""),
+        source=str(folder),
+        repeat={
+            k: Measurement.from_dict(v)
+            for k, v in (_read(folder, "chapters-repeat.json") or {})
+            .get("measurements", {})
+            .items()
+        },
     )
 
 

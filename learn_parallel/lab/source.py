@@ -10,7 +10,9 @@ Each names the file and the line numbers it came from.
 from __future__ import annotations
 
 import html
+import importlib
 import inspect
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -60,14 +62,42 @@ class Source:
 
 
 def _relative(path: Path) -> str:
-    return str(path.resolve().relative_to(PACKAGE_ROOT.parent))
+    """``learn_parallel/...`` for the package's files (checkout or installed), else the path."""
+    try:
+        return str(path.resolve().relative_to(PACKAGE_ROOT.parent))
+    except ValueError:
+        return str(path)
+
+
+def resolve(name: str) -> Any:
+    """The module, class, function or method a dotted name names.
+
+    ``"learn_parallel.replicate.copy_to_devices"`` is the function even though
+    ``learn_parallel.replicate`` (the package attribute) is the function ``replicate``:
+    the longest importable prefix is taken as the module, the rest as attributes.
+    """
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            break
+        return obj
+    raise ValueError(f"{name!r} names no module, class or function that can be imported.")
 
 
 def _module_file(module: ModuleType | str) -> Path:
     if isinstance(module, ModuleType):
         return Path(inspect.getsourcefile(module) or "")
-    path = Path(module)
-    return path if path.is_absolute() else PACKAGE_ROOT.parent / path
+    if module.endswith(".py"):
+        path = Path(module)
+        return path if path.is_absolute() else PACKAGE_ROOT.parent / path
+    return _module_file(importlib.import_module(module))
 
 
 def source_of(obj: Any, marker: str | None = None) -> Source:
@@ -75,13 +105,16 @@ def source_of(obj: Any, marker: str | None = None) -> Source:
 
     ``source_of(Scatter)`` gives the class as written. ``source_of(module, "name")``
     gives the lines between two ``# [name]`` comments in that module (a region that
-    holds more than one object), without the marker lines themselves.
+    holds more than one object), without the marker lines themselves. ``obj`` may
+    also be a dotted name (``"learn_parallel.replicate.copy_to_devices"``, or
+    ``"learn_parallel.replicate"`` with a marker). A method or a region inside a
+    class is shown dedented; the line numbers stay those of the file.
     """
     if marker is None:
-        obj = inspect.unwrap(obj)
+        obj = resolve(obj) if isinstance(obj, str) else inspect.unwrap(obj)
         lines, first = inspect.getsourcelines(obj)
         path = Path(inspect.getsourcefile(obj) or "")
-        return Source(_relative(path), first, "".join(lines))
+        return Source(_relative(path), first, textwrap.dedent("".join(lines)))
     path = _module_file(obj)
     lines = path.read_text().splitlines(keepends=True)
     tag = f"# [{marker}]"
@@ -95,7 +128,7 @@ def source_of(obj: Any, marker: str | None = None) -> Source:
     body = lines[start + 1 : end]
     while body and not body[-1].strip():  # the blank lines before the closing marker
         body.pop()
-    return Source(_relative(path), start + 2, "".join(body))
+    return Source(_relative(path), start + 2, textwrap.dedent("".join(body)))
 
 
 def show_source(obj: Any, marker: str | None = None) -> Source:

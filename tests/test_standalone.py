@@ -1,0 +1,383 @@
+"""Every chapter works as a plain notebook, not only in the built site.
+
+* ``test_plain_nbconvert_*``: each notebook converted to HTML by nbconvert alone (no
+  Sphinx) has no raw MyST directive markup in its Markdown, and each ``show_source``
+  cell's stored output holds the current source of what it names, under that file's name
+  and lines.
+* ``test_the_wheel_runs_a_chapter_offline``: a wheel of the package, installed into a
+  fresh virtual environment outside the repository, executes a chapter with every network
+  connection refused, recorded H200 plots included (they ship in the wheel).
+* ``test_missing_recordings_*``: without the recorded runs a chapter says so once and runs
+  everything it measures live; the cells that read the recording are skipped, not broken.
+* ``test_launch_links_*``: every Colab/launch link of the built site names a notebook that
+  exists in the repository; the repository URL is written the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import html
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+from _book import BOOK, HTML, ROOT, build, html_is_fresh, jupyter_book
+
+from learn_parallel.lab.source import source_of
+
+NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+REPOSITORY = CONFIG["repository"]["url"]
+RAW_MARKUP = ["```{", ":::{", "{literalinclude}", "{exercise", "{solution"]
+MISSING = "No recorded runs for 'h200-x4'"
+
+
+def _simulated_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("LEARN_PARALLEL_SIMULATED_DEVICES", None)
+    env["LEARN_PARALLEL_SIMULATE"] = "1"
+    env.update(extra)
+    return env
+
+
+def _show_source_calls(cell) -> list[tuple]:
+    """The literal arguments of the ``show_source(...)`` calls in a code cell."""
+    calls = []
+    for node in ast.walk(ast.parse(cell.source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "show_source":
+            calls.append(tuple(ast.literal_eval(a) for a in node.args))
+    return calls
+
+
+# -- plain nbconvert ------------------------------------------------------------------
+
+
+@functools.cache
+def _plain_html(path: Path):
+    """A notebook as plain nbconvert renders it (stored outputs, no Sphinx), parsed."""
+    from bs4 import BeautifulSoup
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(path, as_version=4)
+    return nb, BeautifulSoup(HTMLExporter().from_notebook_node(nb)[0], "html.parser")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_plain_nbconvert_renders_no_directive_markup(path):
+    nb, page = _plain_html(path)
+    # The HTML, not only its text: a ```{exercise-start} fence renders as a code block whose
+    # class attribute still carries the directive's name.
+    markdown = [str(cell) for cell in page.select(".jp-MarkdownCell")]
+    assert len(markdown) == sum(c.cell_type == "markdown" for c in nb.cells)
+    raw = [m for text in markdown for m in RAW_MARKUP if m in text]
+    assert not raw, f"{path.name}: Sphinx-only markup shows as text in Jupyter: {sorted(set(raw))}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_plain_nbconvert_shows_the_real_source(path):
+    nb, page = _plain_html(path)
+    code_cells = page.select(".jp-CodeCell")
+    shown = 0
+    for cell, rendered in zip([c for c in nb.cells if c.cell_type == "code"], code_cells):
+        for args in _show_source_calls(cell):
+            source = source_of(*args)
+            text = html.unescape(rendered.select_one(".jp-OutputArea").get_text())
+            assert source.title in text, f"{path.name}: {args} does not show {source.title}"
+            assert source.text.strip() in text, f"{path.name}: {args} shows stale source"
+            shown += 1
+    assert shown >= 1, f"{path.name} shows none of the package's source"
+
+
+def test_show_source_wraps_long_lines_and_names_the_file():
+    source = source_of("learn_parallel.replicate", "broadcast")
+    assert source.path == "learn_parallel/replicate.py"
+    lines = (ROOT / source.path).read_text().splitlines()
+    assert lines[source.first_line - 2].strip() == "# [broadcast]"
+    assert "white-space:pre-wrap" in source._repr_html_()
+    assert source.title in source._repr_markdown_() and source.title in repr(source)
+    method = source_of("learn_parallel.data_parallel.DataParallel.scatter")
+    assert method.text.startswith("def scatter(")  # dedented out of its class
+    with pytest.raises(ValueError, match="names no module"):
+        source_of("learn_parallel.no_such_module.thing")
+
+
+# -- the recorded runs missing ------------------------------------------------------------
+
+
+def test_missing_recordings_skip_only_the_cells_that_need_them(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from learn_parallel.lab.notebook import skip_cells_that_use
+
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_cell("RECORDED = None; live = 1")
+        skip_cells_that_use(["RECORDED"], attributes=["load_recorded"], reason="gone")
+        cells = [
+            "x = RECORDED.measurement('a'); ran_1 = True",  # reads the recording: skipped
+            "y = x + 1; ran_2 = True",  # uses what a skipped cell made: skipped
+            "z = live + 1; ran_3 = True",  # measured here: runs
+            "x = 5; ran_4 = True",  # binds x itself: runs, and x is no longer missing
+            "w = x * 2; ran_5 = True",
+            "other = measure.load_recorded('h200-x2'); ran_6 = True",
+        ]
+        for cell in cells:
+            assert shell.run_cell(cell).success, cell
+        ran = {k for k in shell.user_ns if k.startswith("ran_")}
+        assert ran == {"ran_3", "ran_4", "ran_5"}
+        assert shell.user_ns["w"] == 10
+    finally:
+        shell.ast_transformers.clear()
+        InteractiveShell.clear_instance()
+    out = capsys.readouterr().out
+    assert out.count("gone") == 1 and "everything measured on this machine still runs" in out
+
+
+def test_missing_recordings_leave_a_chapter_running(tmp_path):
+    """The performance chapter reads the recording in most cells: one message, no error."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(BOOK / "performance.ipynb", as_version=4)
+    empty = tmp_path / "no-recordings"
+    empty.mkdir()
+    env = _simulated_env(LEARN_PARALLEL_DATA=str(empty), PYTHONPATH=str(ROOT))
+    client = NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(BOOK)}})
+    client.reset_execution_trackers()
+    with client.setup_kernel(env=env):
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)  # raises on any error not tagged raises-exception
+
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    texts = [o.get("text", "") for o in outputs if o.output_type == "stream"]
+    assert sum(t.count(MISSING) for t in texts) == 1
+    errors = [
+        c.source[:60]
+        for c in nb.cells
+        if any(o.output_type == "error" for o in c.get("outputs", []))
+        and "raises-exception" not in c.metadata.get("tags", [])
+    ]
+    assert not errors
+    live = next(c for c in nb.cells if c.source.startswith("show(measure.worker_overhead"))
+    assert any("image/png" in o.get("data", {}) for o in live.outputs)  # the live plot
+    recorded = next(c for c in nb.cells if 'RECORDED.bench["meta"]' in c.source)
+    assert recorded.outputs == []  # skipped, quietly
+
+
+# -- the installed wheel, offline -------------------------------------------------------------
+
+# Loaded first in every Python of the test environment (a .pth line runs at start-up):
+# any connection, or name lookup, that leaves the machine fails.
+BLOCK_NETWORK = """\
+import socket
+
+_LOCAL = {None, "", "localhost", "127.0.0.1", "::1", "0.0.0.0"}
+
+
+def _check(address):
+    host = address[0] if isinstance(address, tuple) else None
+    if isinstance(address, tuple) and host not in _LOCAL:
+        raise OSError(f"network disabled for this test: {address}")
+
+
+_connect, _connect_ex, _getaddrinfo = (
+    socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo
+)
+
+
+def connect(self, address):
+    _check(address)
+    return _connect(self, address)
+
+
+def connect_ex(self, address):
+    _check(address)
+    return _connect_ex(self, address)
+
+
+def getaddrinfo(host, *args, **kwargs):
+    _check((host, 0))
+    return _getaddrinfo(host, *args, **kwargs)
+
+
+socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo = (
+    connect, connect_ex, getaddrinfo
+)
+"""
+
+
+@pytest.fixture(scope="module")
+def offline_venv(tmp_path_factory) -> Path:
+    """A fresh venv outside the repository: the wheel, plus this environment's libraries."""
+    work = tmp_path_factory.mktemp("standalone")
+    src = work / "src"  # build from a copy, so the checkout gets no build/ folder
+    shutil.copytree(
+        ROOT / "learn_parallel",
+        src / "learn_parallel",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    wheels = work / "wheels"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", wheels, src],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = wheels.glob("learn_parallel-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for machine in ("h200-x4", "h200-x2"):
+        assert f"learn_parallel/lab/recorded/{machine}/bench.json" in names
+
+    venv = work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    python = venv / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--no-index", "-q", "--target", site, wheel],
+        check=True,
+        capture_output=True,
+    )
+    # torch, matplotlib, nbclient ... come from this environment's site-packages, listed as
+    # a plain path: the .pth files there (an editable install of a checkout among them)
+    # are not run, so the only learn_parallel the venv sees is the wheel's.
+    (site / "zz_libraries.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (site / "_block_network.py").write_text(BLOCK_NETWORK)
+    (site / "aa_block_network.pth").write_text("import _block_network\n")
+    return python
+
+
+def test_the_wheel_runs_a_chapter_offline(offline_venv, tmp_path):
+    env = _simulated_env()
+    env.pop("PYTHONPATH", None)
+    env.pop("LEARN_PARALLEL_DATA", None)
+    probe = subprocess.run(
+        [
+            offline_venv,
+            "-c",
+            "import sys, learn_parallel, urllib.request\n"
+            "print(learn_parallel.__file__)\n"
+            "try:\n"
+            "    urllib.request.urlopen('https://pypi.org/simple/', timeout=5)\n"
+            "    print('network: reachable')\n"
+            "except OSError as e:\n"
+            "    print('network: blocked')\n",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert probe.returncode == 0, probe.stderr
+    installed, network = probe.stdout.splitlines()
+    assert Path(installed).is_relative_to(offline_venv.parent.parent), installed
+    assert network == "network: blocked"
+
+    chapter = tmp_path / "scatter.ipynb"
+    shutil.copy(BOOK / "scatter.ipynb", chapter)
+    run = subprocess.run(
+        [
+            offline_venv,
+            "-c",
+            "import sys, nbformat\n"
+            "from nbclient import NotebookClient\n"
+            "nb = nbformat.read(sys.argv[1], as_version=4)\n"
+            # which learn_parallel the chapter's kernel imported
+            "nb.cells.append(nbformat.v4.new_code_cell('print(lp.__file__)'))\n"
+            "NotebookClient(nb, timeout=600, kernel_name='python3').execute()\n"
+            "nbformat.write(nb, sys.argv[1])\n",
+            chapter,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    nb = nbformat.read(chapter, as_version=4)
+    kernel_import = Path(nb.cells[-1].outputs[0]["text"].strip())
+    assert kernel_import.is_relative_to(offline_venv.parent.parent), kernel_import
+    setup = "".join(o.get("text", "") for o in nb.cells[1].outputs)
+    assert "recorded GPU runs: 4 x NVIDIA H200 (CUDA events)" in setup
+    plots = [
+        c
+        for c in nb.cells
+        if c.cell_type == "code"
+        and c.source.startswith("show(")
+        and any("image/png" in o.get("data", {}) for o in c.outputs)
+    ]
+    assert plots, "no live-beside-recorded plot was drawn"
+    shown = [o for c in nb.cells for o in c.get("outputs", []) if "text/html" in o.get("data", {})]
+    assert any("learn_parallel/scatter_gather.py, lines" in o["data"]["text/html"] for o in shown)
+
+
+# -- launch links and the repository URL -----------------------------------------------------
+
+
+def test_the_repository_url_is_written_the_same_way_everywhere():
+    readme = (ROOT / "README.md").read_text()
+    assert readme.count(REPOSITORY) == 1, "the README names the repository once"
+    assert "github.io" not in readme, "no claim of a published site that nothing shows exists"
+    for path in NOTEBOOKS:
+        text = path.read_text()
+        assert "github.io" not in text, path.name
+        for url in re.findall(r"https://github\.com/[\w.-]+/[\w.-]+", text):
+            if "learn-parallel" in url:  # links to PyTorch's sources are fine
+                assert url == REPOSITORY, f"{path.name} names {url}, _config.yml {REPOSITORY}"
+        setup = next(c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+        assert f'REPO = "git+{REPOSITORY}"' in setup.source, path.name
+
+
+def test_the_gpu_instructions_are_the_same_in_the_readme_and_the_intro():
+    def block(text: str, heading: str) -> str:
+        section = text[text.index(heading) :]
+        return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+
+    intro = "".join(c.source for c in nbformat.read(BOOK / "intro.ipynb", as_version=4).cells)
+    readme = (ROOT / "README.md").read_text()
+    assert block(readme, "## On a multi-GPU box") == block(intro, "## Running on GPUs")
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    if not html_is_fresh():
+        if jupyter_book() is None:
+            pytest.skip("jupyter-book is not installed, and _build/html is missing or stale")
+        result, _ = build(strict=False)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    return HTML
+
+
+def test_launch_links_point_at_notebooks_in_the_repository(site):
+    org_repo = REPOSITORY.removeprefix("https://github.com/")
+    branch = CONFIG["repository"]["branch"]
+    prefix = f"{CONFIG['launch_buttons']['colab_url']}/github/{org_repo}/blob/{branch}/"
+    pages = sorted((site / "book").glob("*.html"))
+    assert len(pages) == len(NOTEBOOKS)
+    for page in pages:
+        links = set(
+            re.findall(r'href="(https://colab\.research\.google\.com/[^"]+)"', page.read_text())
+        )
+        assert len(links) == 1, f"{page.name}: {links}"
+        (link,) = links
+        assert link.startswith(prefix), link
+        path = link.removeprefix(prefix)
+        assert "/./" not in link and not path.startswith("./"), link
+        assert path == f"book/{page.stem}.ipynb" and (ROOT / path).is_file(), link
