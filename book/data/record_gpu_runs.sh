@@ -27,6 +27,7 @@ machine=${MACHINE:-$(python -c "import torch; print(torch.cuda.get_device_name(0
 rec="$out/$machine"
 extras="$out/$machine-extras"
 mkdir -p "$rec" "$extras"
+work="$extras"  # the evidence and bridge parts write here; their JSON is copied into the package
 nvidia-smi > "$rec/nvidia-smi.txt" 2>&1
 python -c "import torch; print(torch.__version__, torch.version.cuda)" > "$rec/versions.txt"
 
