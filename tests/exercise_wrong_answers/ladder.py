@@ -1,9 +1,7 @@
-"""Plausible wrong answers to the exercises of book/ladder.ipynb (see libtorch_replicate.py)."""
-
-import torch
-
-
-def _forward_order(sizes, cap):
+WRONG_ANSWERS = {
+    "bucket-plan": {
+        "walks the parameters first to last (forward's order)": """
+def plan_buckets(sizes, cap):
     buckets, current, size = [], [], 0
     for i, s in enumerate(sizes):
         current.append(i)
@@ -12,9 +10,9 @@ def _forward_order(sizes, cap):
             buckets.append(current)
             current, size = [], 0
     return buckets + ([current] if current else [])
-
-
-def _close_when_over(sizes, cap):
+""",
+        "closes a bucket only once it holds more than the cap": """
+def plan_buckets(sizes, cap):
     buckets, current, size = [], [], 0
     for i in reversed(range(len(sizes))):
         current.append(i)
@@ -23,9 +21,9 @@ def _close_when_over(sizes, cap):
             buckets.append(current)
             current, size = [], 0
     return buckets + ([current] if current else [])
-
-
-def _drop_the_rest(sizes, cap):
+""",
+        "drops the last, partly filled bucket": """
+def plan_buckets(sizes, cap):
     buckets, current, size = [], [], 0
     for i in reversed(range(len(sizes))):
         current.append(i)
@@ -34,23 +32,30 @@ def _drop_the_rest(sizes, cap):
             buckets.append(current)
             current, size = [], 0
     return buckets
-
-
-def _rebind(originals, replica, flat):
-    for p, o in zip(replica, originals):
+""",
+        "asks the forbidden FastDataParallel for its buckets": """
+def plan_buckets(sizes, cap):
+    module = nn.Module()
+    for i, size in enumerate(sizes):
+        module.register_parameter(f"p{i}", nn.Parameter(torch.zeros(size // 4)))
+    fast = lp.FastDataParallel(module.to(SOURCE), DEVICES[:2], bucket_mb=cap / 2**20)
+    return [bucket.positions for bucket in fast._buckets]
+""",
+    },
+    "refresh-in-place": {
+        "rebinds each parameter to new memory": """
+def refresh(originals, replica_params, flat):
+    for p, o in zip(replica_params, originals):
         p.data = o.detach().to(p.device, copy=True)
-
-
-def _rebind_flat(originals, replica, flat):
+""",
+        "rebinds the local name flat, so nothing changes": """
+def refresh(originals, replica_params, flat):
     flat = torch.cat([o.reshape(-1) for o in originals]).to(flat.device)  # noqa: F841
-
-
-def _copy_with_grad(originals, replica, flat):
-    for p, o in zip(replica, originals):
+""",
+        "copies with autograd recording (not under torch.no_grad())": """
+def refresh(originals, replica_params, flat):
+    for p, o in zip(replica_params, originals):
         p.copy_(o)
-
-
-WRONG_ANSWERS = {
-    "bucket-plan": [(_forward_order,), (_close_when_over,), (_drop_the_rest,)],
-    "refresh-in-place": [(_rebind,), (_rebind_flat,), (_copy_with_grad,)],
+""",
+    },
 }

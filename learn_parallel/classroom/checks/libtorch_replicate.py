@@ -8,15 +8,20 @@ import torch
 from torch import nn
 
 from learn_parallel.classroom import exercise
-from learn_parallel.clone_replicate import clone_module_by_module, clone_replicate
-from learn_parallel.devices import resolve_device_ids
+from learn_parallel.classroom.tools import forbid, machine
+from learn_parallel.clone_replicate import ReduceAddEdge, clone_module_by_module, clone_replicate
 from learn_parallel.replicate import replicate
 
 
 def _devices(count: int = 3) -> list:
-    devices = resolve_device_ids(None)[:count]
+    devices = machine().devices[:count]
     assert len(devices) >= 2, "These checks need at least two devices (simulated ones will do)."
     return devices
+
+
+def _without_reduce_add_edge():
+    """The chapter's ReduceAddEdge (or a subclass of it) would be the answer, not the student's."""
+    return forbid(ReduceAddEdge, (ReduceAddEdge, "backward"))
 
 
 @exercise("reduce-add-edge")
@@ -28,7 +33,8 @@ def check_reduce_add_edge(wire: Callable[..., Sequence[torch.Tensor]]) -> None:
     original = torch.randn(4, 3, generator=generator, dtype=torch.double)
     original = original.to(source).requires_grad_()
     clones = [original.detach().to(d.torch_device, copy=True) for d in devices]
-    wired = list(wire(source, original, clones))
+    with _without_reduce_add_edge():
+        wired = list(wire(source, original, clones))
     assert len(wired) == len(clones), (
         f"wire() returned {len(wired)} tensors for {len(clones)} clones: one per clone, in order."
     )
@@ -45,7 +51,8 @@ def check_reduce_add_edge(wire: Callable[..., Sequence[torch.Tensor]]) -> None:
     loss = sum(
         (k + 1) * (out * p.to(out.device)).sum() for k, (out, p) in enumerate(zip(wired, probes))
     )
-    loss.backward()
+    with _without_reduce_add_edge():
+        loss.backward()
     expected = sum((k + 1) * p for k, p in enumerate(probes))
     assert original.grad is not None, "The original got no gradient: its edge is missing."
     assert original.grad.device == source, (
