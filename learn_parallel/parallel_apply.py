@@ -42,7 +42,9 @@ class CallerState:
 
     @classmethod
     def capture(cls, device: Device) -> CallerState:
-        kind = device.torch_device.type
+        # PyTorch has no autocast rules for simulated devices: their workers
+        # carry the caller's CPU autocast state instead.
+        kind = "cpu" if device.is_simulated else device.torch_device.type
         return cls(
             grad_enabled=torch.is_grad_enabled(),
             inference_mode=torch.is_inference_mode_enabled(),
@@ -61,7 +63,7 @@ class CallerState:
             stack.enter_context(torch.cuda.stream(self.stream))
         stack.enter_context(
             torch.autocast(
-                device.torch_device.type,
+                "cpu" if device.is_simulated else device.torch_device.type,
                 dtype=self.autocast_dtype,
                 enabled=self.autocast_enabled,
             )
@@ -184,7 +186,7 @@ os.register_at_fork(after_in_child=_workers.clear)
 
 def _infer_device(module: nn.Module, position: int) -> Device:
     for tensor in [*module.parameters(), *module.buffers()]:
-        if tensor.is_cuda:
+        if tensor.device.type != "cpu":  # a GPU or a simulated device
             return to_device(tensor.device)
     return to_device(position)
 

@@ -29,19 +29,19 @@ def copy_to_devices(tensors: Sequence[torch.Tensor], devices: Sequence[Device]) 
 
     On GPUs, `broadcast_coalesced` packs the small tensors into a few large
     buffers, so a model with hundreds of parameters costs a few copies, not
-    hundreds. Simulated devices share host memory; cloning still gives every
-    replica a parameter of its own.
+    hundreds. On simulated devices each tensor is copied with ``.to()``.
     """
     if not devices[0].is_simulated:
         return torch.cuda.comm.broadcast_coalesced(list(tensors), [d.index for d in devices])
-    return [list(tensors)] + [[t.clone() for t in tensors] for _ in devices[1:]]
+    return [list(tensors)] + [[t.to(d.torch_device) for t in tensors] for d in devices[1:]]
 
 
 def reduce_add_to_source(per_device: Sequence[Sequence[torch.Tensor]], source: Device) -> list:
     """Sum tensor ``t`` over all devices, onto the source device."""
     if not source.is_simulated:
         return torch.cuda.comm.reduce_add_coalesced(per_device, destination=source.index)
-    return [torch.stack(list(copies)).sum(0) for copies in zip(*per_device)]
+    target = source.torch_device
+    return [torch.stack([c.to(target) for c in copies]).sum(0) for copies in zip(*per_device)]
 
 
 # [copy-to-devices]

@@ -63,8 +63,8 @@ class TupleParallel(DataParallel):
     with ``transfer=True`` (the default) batch i is moved to device i, and the
     keyword arguments, shared by every replica, are moved to every device; with
     ``transfer=False`` batch i must already sit there, which is checked for
-    tensors (custom objects cannot be inspected). On simulated devices every
-    tensor lives on the CPU, so the check sees only the backing torch device.
+    tensors (custom objects cannot be inspected), on GPUs and simulated
+    devices alike.
     """
 
     def __init__(
