@@ -75,7 +75,7 @@ class _Memory:
         self.peak: dict[int, int] = {}
         self.storages: dict[tuple[int, int], list[int]] = {}  # (index, ptr) -> [bytes, users]
 
-    def track(self, wrapper: torch.Tensor, data: torch.Tensor, index: int) -> None:
+    def track(self, data: torch.Tensor, index: int) -> None:
         storage = data.untyped_storage()
         nbytes = storage.nbytes()
         if nbytes == 0:
@@ -93,7 +93,9 @@ class _Memory:
                 if total > self.peak.get(index, 0):
                     self.peak[index] = total
             entry[1] += 1
-        weakref.finalize(wrapper, self.release, key)
+        # On the CPU tensor, not the wrapper: module.to() swaps wrappers
+        # (torch.utils.swap_tensors), which refuses tensors with weak references.
+        weakref.finalize(data, self.release, key)
 
     def release(self, key: tuple[int, int]) -> None:
         with self.lock:
@@ -161,7 +163,7 @@ class SimTensor(torch.Tensor):
         )
         wrapper._data = data
         wrapper._index = index
-        _memory.track(wrapper, data, index)
+        _memory.track(data, index)
         return wrapper
 
     # Plain torch functions go straight to dispatch: results keep this class.
@@ -178,6 +180,15 @@ class SimTensor(torch.Tensor):
         if self.dim() == 0:
             return self.item().__format__(spec)
         return super().__format__(spec)
+
+    # A traceable wrapper subclass: module.to("sim:0") then swaps each parameter
+    # in place (as .data = ... does on GPUs), so tied weights stay one object.
+    def __tensor_flatten__(self) -> tuple[list[str], int]:
+        return ["_data"], self._index
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, index: int, size: Any, stride: Any) -> SimTensor:
+        return SimTensor(inner["_data"], index)
 
     def tolist(self) -> Any:  # torch refuses .tolist() on subclasses; printing needs it
         return self._data.tolist()
@@ -235,15 +246,18 @@ class SimTensor(torch.Tensor):
         target = here
         if "device" in kwargs and kwargs["device"] is not None:
             wanted = torch.device(kwargs["device"])
-            target = str(wanted) if wanted.type != NAME else f"{NAME}:{wanted.index or 0}"
-            kwargs["device"] = torch.device("cpu")
+            if wanted.type == NAME:
+                target = f"{NAME}:{wanted.index or 0}"
+                kwargs["device"] = torch.device("cpu")  # computed on the CPU, then wrapped
+            else:
+                target = str(wanted)
         if _has_generator(func) and kwargs.get("generator") is None:
             kwargs["generator"] = generator(int(here.partition(":")[2]))
         draw = _RANDOM_WITHOUT_GENERATOR.get(func.overloadpacket)
         if draw is not None:  # random, but no generator argument to hand the device's in
             out = draw(func, args, kwargs, generator(int(here.partition(":")[2])))
         else:
-            out = func(*args, **kwargs)
+            out = _ACCELERATOR_ONLY.get(func, func)(*args, **kwargs)
         if "out" in kwargs:
             for wrapper in [given[id(t)] for t in tree_flatten(kwargs["out"])[0]]:
                 if isinstance(wrapper, SimTensor) and wrapper.shape != wrapper._data.shape:
@@ -284,6 +298,42 @@ def _like(fill):
 
     return draw
 
+
+def _lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    """``_thnn_fused_lstm_cell``, the cell PyTorch's LSTM uses on accelerators (no CPU kernel)."""
+    gates = input_gates + hidden_gates
+    if input_bias is not None:
+        gates = gates + input_bias + hidden_bias
+    i, f, g, o = gates.chunk(4, 1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    cy = f * cx + i * g
+    return o * cy.tanh(), cy, torch.cat([i, f, g, o], 1)
+
+
+def _lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
+    i, f, g, o = workspace.chunk(4, 1)
+    tanh_cy = cy.tanh()
+    grad_hy = torch.zeros_like(cy) if grad_hy is None else grad_hy
+    grad_c = grad_hy * o * (1 - tanh_cy * tanh_cy)
+    if grad_cy is not None:
+        grad_c = grad_c + grad_cy
+    grad_gates = torch.cat(
+        [
+            grad_c * g * i * (1 - i),
+            grad_c * cx * f * (1 - f),
+            grad_c * i * (1 - g * g),
+            grad_hy * tanh_cy * o * (1 - o),
+        ],
+        1,
+    )
+    return grad_gates, grad_c * f, grad_gates.sum(0) if has_bias else None
+
+
+# Accelerator-only operations, written out for the CPU tensors behind simulated ones.
+_ACCELERATOR_ONLY = {
+    _aten._thnn_fused_lstm_cell.default: _lstm_cell,
+    _aten._thnn_fused_lstm_cell_backward_impl.default: _lstm_cell_backward,
+}
 
 _RANDOM_WITHOUT_GENERATOR = {
     _aten.native_dropout: _dropout,
