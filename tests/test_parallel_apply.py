@@ -13,6 +13,8 @@ from torch import nn
 import learn_parallel as lp
 from learn_parallel.parallel_apply import worker_threads
 
+SOURCE = lp.Device("sim", 0).torch_device
+
 
 class Probe(nn.Module):
     """Returns what the worker thread saw, as plain data."""
@@ -55,11 +57,14 @@ def test_workers_adopt_grad_mode_and_autocast_with_its_dtype():
     assert all(r["autocast"][0] is False for r in run_probes())
 
 
-def test_autocast_really_applies_inside_replicas():
-    net = nn.Linear(4, 4)
+def test_cpu_autocast_does_not_reach_simulated_devices():
+    # As on GPUs, where autocast("cpu") leaves CUDA tensors alone: simulated
+    # devices are not the CPU. (PyTorch has no autocast rules for a backend
+    # written in Python; tests/test_gpu.py checks autocast in replicas on GPUs.)
+    net = nn.Linear(4, 4).to(SOURCE)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = lp.DataParallel(net, [0, 1])(torch.randn(6, 4))
-    assert out.dtype == torch.bfloat16
+    assert out.device == SOURCE and out.dtype == torch.float32
 
 
 def test_inputs_may_be_single_objects_and_kwargs_are_passed():
@@ -125,10 +130,12 @@ def test_nested_data_parallel_inside_a_replica_does_not_hang():
             self.inner = nn.Linear(2, 2)
 
         def forward(self, x):
-            return lp.data_parallel(self.inner, x, [0, 1])
+            # This replica's own device first: its inner module lives there.
+            here = x.device.index
+            return lp.data_parallel(self.inner, x, [here, 1 - here])
 
-    outer = Outer()
-    x = torch.randn(8, 2)
+    outer = Outer().to(SOURCE)
+    x = torch.randn(8, 2, device=SOURCE)
     result = []
     runner = threading.Thread(target=lambda: result.append(lp.DataParallel(outer, [0, 1])(x)))
     runner.start()
@@ -139,10 +146,10 @@ def test_nested_data_parallel_inside_a_replica_does_not_hang():
 
 def test_no_thread_leak_from_many_data_parallel_objects():
     x = torch.randn(8, 3)
-    lp.DataParallel(nn.Linear(3, 1))(x)
+    lp.DataParallel(nn.Linear(3, 1).to(SOURCE))(x)
     before = len(threading.enumerate())
     for _ in range(50):
-        lp.DataParallel(nn.Linear(3, 1))(x).sum().backward()
+        lp.DataParallel(nn.Linear(3, 1).to(SOURCE))(x).sum().backward()
     assert len(threading.enumerate()) == before
     simulated_workers = [t for t in worker_threads() if "sim:" in t.name]
     assert len(simulated_workers) <= lp.device_count()
@@ -152,7 +159,7 @@ def test_no_reference_cycles_keep_the_model_alive():
     gc.collect()
     gc.disable()  # so only reference counting can free things
     try:
-        net = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+        net = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)).to(SOURCE)
         dp = lp.DataParallel(net, [0, 1, 2])
         dp(torch.randn(6, 3)).sum().backward()
         with pytest.raises(ValueError):  # a failure path too
@@ -173,7 +180,7 @@ def test_workers_restart_after_shutdown_and_the_process_exits_cleanly():
     assert len(run_probes()) == 3
     script = (
         "import torch, learn_parallel as lp; "
-        "lp.DataParallel(torch.nn.Linear(2, 2))(torch.ones(8, 2))"
+        "lp.DataParallel(torch.nn.Linear(2, 2).to(lp.Device('sim', 0).torch_device))(torch.ones(8, 2))"
     )
 
     done = subprocess.run(
