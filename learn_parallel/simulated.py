@@ -218,7 +218,9 @@ class SimTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        given: dict[int, torch.Tensor] = {}  # id(what the CPU sees) -> argument, for in-place results
+        given: dict[
+            int, torch.Tensor
+        ] = {}  # id(what the CPU sees) -> argument, for in-place results
         found: list[str] = []  # the devices of the operation's tensors, in order
 
         def unwrap(x: Any) -> Any:
@@ -372,7 +374,9 @@ def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_f
 
 
 def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
-    return SimTensor(torch.empty_strided(size, stride, dtype=dtype, layout=layout), _index_of(device))
+    return SimTensor(
+        torch.empty_strided(size, stride, dtype=dtype, layout=layout), _index_of(device)
+    )
 
 
 def _factory(op):

@@ -61,8 +61,9 @@ def test_timelines_hold_the_phases_of_their_chapter():
 
 def test_threads_per_call_computes_what_parallel_apply_computes():
     torch.manual_seed(0)
-    replicas = replicate(nn.Linear(4, 2), [0, 1, 2], detach=True)
-    inputs = [torch.randn(2, 4) for _ in range(3)]
+    devices = [Device("sim", i).torch_device for i in range(3)]
+    replicas = replicate(nn.Linear(4, 2).to(devices[0]), [0, 1, 2], detach=True)
+    inputs = [torch.randn(2, 4, device=d) for d in devices]
     with torch.no_grad():
         ours = parallel_apply(replicas, [(x,) for x in inputs])
         baseline = measure.threads_per_call(replicas, inputs)

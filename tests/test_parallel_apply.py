@@ -180,7 +180,8 @@ def test_workers_restart_after_shutdown_and_the_process_exits_cleanly():
     assert len(run_probes()) == 3
     script = (
         "import torch, learn_parallel as lp; "
-        "lp.DataParallel(torch.nn.Linear(2, 2).to(lp.Device('sim', 0).torch_device))(torch.ones(8, 2))"
+        "net = torch.nn.Linear(2, 2).to(lp.Device('sim', 0).torch_device); "
+        "lp.DataParallel(net)(torch.ones(8, 2))"
     )
 
     done = subprocess.run(

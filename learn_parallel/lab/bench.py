@@ -310,7 +310,7 @@ def _synchronize(count: int) -> None:
 
 
 def _source() -> torch.device:
-    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    return Device(device_type(), 0).torch_device  # cuda:0, or sim:0 without GPUs
 
 
 def train_step(
