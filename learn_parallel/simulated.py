@@ -36,7 +36,7 @@ import weakref
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten
 
 NAME = "sim"
 
@@ -218,46 +218,33 @@ class SimTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        given: dict[
-            int, torch.Tensor
-        ] = {}  # id(what the CPU sees) -> argument, for in-place results
-        found: list[str] = []  # the devices of the operation's tensors, in order
-
-        def unwrap(x: Any) -> Any:
-            if isinstance(x, SimTensor):
-                given[id(x._data)] = x
-                found.append(f"{NAME}:{x._index}")
-                return x._data
-            if isinstance(x, torch.Tensor):
-                given[id(x)] = x
-                if x.dim() > 0:  # CPU scalars (0-dim) may join, as on CUDA
-                    found.append(str(x.device))
-            return x
-
-        args = tree_map(unwrap, args)
-        kwargs = tree_map(unwrap, kwargs)
-        here = next(d for d in found if d.startswith(NAME))
+        # id(what the CPU sees) -> the argument, so in-place results come back as given.
+        given: dict[int, torch.Tensor] = {}
+        found: list[Any] = []  # every tensor's device: a sim index (int) or a torch.device
+        args = _unwrap(args, given, found)
+        kwargs = {k: _unwrap(v, given, found) for k, v in kwargs.items()}
+        here = next(d for d in found if type(d) is int)
         if func not in _TRANSFERS:
             other = next((d for d in found if d != here), None)
             if other is not None:
                 raise RuntimeError(
                     f"Expected all tensors to be on the same device, but found at least "
-                    f"two devices, {here} and {other}! (in {func.__name__}) Move them "
-                    f"to one device first, e.g. with .to('{here}')."
+                    f"two devices, {NAME}:{here} and {_name(other)}! (in {func.__name__}) "
+                    f"Move them to one device first, e.g. with .to('{NAME}:{here}')."
                 )
-        target = here
-        if "device" in kwargs and kwargs["device"] is not None:
+        target: Any = here
+        if kwargs.get("device") is not None:
             wanted = torch.device(kwargs["device"])
             if wanted.type == NAME:
-                target = f"{NAME}:{wanted.index or 0}"
+                target = wanted.index or 0
                 kwargs["device"] = torch.device("cpu")  # computed on the CPU, then wrapped
             else:
-                target = str(wanted)
+                target = wanted
         if _has_generator(func) and kwargs.get("generator") is None:
-            kwargs["generator"] = generator(int(here.partition(":")[2]))
+            kwargs["generator"] = generator(here)
         draw = _RANDOM_WITHOUT_GENERATOR.get(func.overloadpacket)
         if draw is not None:  # random, but no generator argument to hand the device's in
-            out = draw(func, args, kwargs, generator(int(here.partition(":")[2])))
+            out = draw(func, args, kwargs, generator(here))
         else:
             out = _ACCELERATOR_ONLY.get(func, func)(*args, **kwargs)
         if "out" in kwargs:
@@ -267,17 +254,39 @@ class SimTensor(torch.Tensor):
                         f"{func.__name__}: an out= tensor on a simulated device cannot be "
                         f"resized; pass one of the result's shape, or drop out=."
                     )
-        if not target.startswith(NAME):
-            return tree_map(lambda x: given.get(id(x), x), out)
-        index = int(target.partition(":")[2])
+        return _wrap(out, given, target if type(target) is int else None)
 
-        def wrap(x: Any) -> Any:
-            if isinstance(x, torch.Tensor):
-                same = given.get(id(x))  # an in-place operation returns its argument
-                return same if same is not None else SimTensor(x, index)
-            return x
 
-        return tree_map(wrap, out)
+def _name(device: Any) -> str:
+    return f"{NAME}:{device}" if type(device) is int else str(device)
+
+
+def _unwrap(x: Any, given: dict, found: list) -> Any:
+    """``x`` with every SimTensor replaced by its CPU tensor (through lists and tuples)."""
+    if isinstance(x, SimTensor):
+        given[id(x._data)] = x
+        found.append(x._index)
+        return x._data
+    if isinstance(x, torch.Tensor):
+        given[id(x)] = x
+        if x.dim() > 0:  # CPU scalars (0-dim) may join, as on CUDA
+            found.append(x.device)
+        return x
+    if type(x) is list or type(x) is tuple:
+        return type(x)(_unwrap(v, given, found) for v in x)
+    return x
+
+
+def _wrap(x: Any, given: dict, index: int | None) -> Any:
+    """CPU results put on ``sim:index`` (left as they are for index None)."""
+    if isinstance(x, torch.Tensor):
+        same = given.get(id(x))  # an in-place operation returns its argument
+        if same is not None:
+            return same
+        return x if index is None else SimTensor(x, index)
+    if type(x) is list or type(x) is tuple:
+        return type(x)(_wrap(v, given, index) for v in x)
+    return x
 
 
 # Random operations without a ``generator`` argument, redone (as the CPU does
