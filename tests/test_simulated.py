@@ -30,7 +30,10 @@ TOL = {"rtol": 1e-10, "atol": 1e-12}
 
 def mixing(a: str, b: str) -> str:
     """The error CUDA gives for two devices in one operation, with ours' names."""
-    return f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}"
+    return (
+        "Expected all tensors to be on the same device, "
+        f"but found at least two devices, {a} and {b}"
+    )
 
 
 # ---------------------------------------------------------------- distinct devices
@@ -149,7 +152,8 @@ def test_notebook_cell_every_replica_fed_the_source_devices_batch_fails():
     model = nn.Sequential(nn.Linear(3, 4), nn.Tanh()).to(SOURCE)
     replicas = lp.replicate(model, IDS)
     x = torch.randn(5, 3, device=SOURCE)
-    with pytest.raises(RuntimeError, match=mixing("sim:0", "sim:1")):
+    # Replica 1's weights are on sim:1 (its bias comes first in addmm), x on sim:0.
+    with pytest.raises(RuntimeError, match=mixing("sim:1", "sim:0")):
         sum(r(x).sum() for r in replicas).backward()
 
 
