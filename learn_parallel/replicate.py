@@ -40,8 +40,16 @@ def reduce_add_to_source(per_device: Sequence[Sequence[torch.Tensor]], source: D
     """Sum tensor ``t`` over all devices, onto the source device."""
     if not source.is_simulated:
         return torch.cuda.comm.reduce_add_coalesced(per_device, destination=source.index)
+    # One copy at a time onto the source device, as torch.cuda.comm.reduce_add
+    # does: the source holds the sum and one incoming copy, never all of them.
     target = source.torch_device
-    return [torch.stack([c.to(target) for c in copies]).sum(0) for copies in zip(*per_device)]
+    sums = []
+    for copies in zip(*per_device):
+        total = copies[0].to(target, copy=True)
+        for other in copies[1:]:
+            total.add_(other.to(target))
+        sums.append(total)
+    return sums
 
 
 # [copy-to-devices]
