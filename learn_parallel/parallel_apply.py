@@ -42,9 +42,7 @@ class CallerState:
 
     @classmethod
     def capture(cls, device: Device) -> CallerState:
-        # PyTorch has no autocast rules for simulated devices: their workers
-        # carry the caller's CPU autocast state instead.
-        kind = "cpu" if device.is_simulated else device.torch_device.type
+        kind = device.torch_device.type
         return cls(
             grad_enabled=torch.is_grad_enabled(),
             inference_mode=torch.is_inference_mode_enabled(),
@@ -63,7 +61,7 @@ class CallerState:
             stack.enter_context(torch.cuda.stream(self.stream))
         stack.enter_context(
             torch.autocast(
-                "cpu" if device.is_simulated else device.torch_device.type,
+                device.torch_device.type,
                 dtype=self.autocast_dtype,
                 enabled=self.autocast_enabled,
             )

@@ -19,10 +19,13 @@ Without GPUs, every simulated device is backed by the CPU. What makes them
 - Each device counts the bytes of the tensors that live on it, with a peak
   that can be reset (`memory_allocated`, `max_memory_allocated`).
 
+- ``torch.autocast("sim")`` applies CPU autocast's rules to the common
+  operations (matrix products, convolutions, ``linear``; losses in float32).
+
 What this does not model: bandwidth (a copy costs a CPU memcpy), kernel
 timing (every device computes on the same CPU cores, so their timings are
 host clocks), asynchronous execution and streams (every operation finishes
-before the next starts), and device memory limits.
+before the next starts), device memory limits and the caching allocator.
 
 Nothing here is registered until simulated devices are first used
 (`enable`), so importing the package on a GPU machine changes nothing.
@@ -166,8 +169,18 @@ class SimTensor(torch.Tensor):
         _memory.track(data, index)
         return wrapper
 
-    # Plain torch functions go straight to dispatch: results keep this class.
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        # Above autograd, so a cast is recorded as on GPUs: autocast("sim")
+        # follows CPU autocast's rules for the operations listed below.
+        kwargs = kwargs or {}
+        if torch.is_autocast_enabled(NAME):
+            dtype = _AUTOCAST_TO.get(func)
+            if dtype is not None:
+                dtype = torch.get_autocast_dtype(NAME) if dtype == "low" else dtype
+                args, kwargs = _cast((args, kwargs), dtype)
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         # Print as torch prints a CUDA tensor: tensor([...], device='sim:1').
@@ -287,6 +300,27 @@ def _wrap(x: Any, given: dict, index: int | None) -> Any:
     if type(x) is list or type(x) is tuple:
         return type(x)(_wrap(v, given, index) for v in x)
     return x
+
+
+# Autocast on simulated devices: CPU autocast's lists, for the common operations.
+_F = torch.nn.functional
+_LOW = [torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.baddbmm, torch.addbmm, _F.linear]
+_LOW += [torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.mm, torch.Tensor.bmm]
+_LOW += [_F.conv1d, _F.conv2d, _F.conv3d, _F.conv_transpose1d, _F.conv_transpose2d]
+_LOW += [_F.conv_transpose3d, _F.prelu, _F.scaled_dot_product_attention]
+_FP32 = [_F.mse_loss, _F.cross_entropy, _F.nll_loss, _F.l1_loss, _F.smooth_l1_loss]
+_FP32 += [_F.huber_loss, _F.kl_div, _F.binary_cross_entropy, _F.binary_cross_entropy_with_logits]
+_AUTOCAST_TO: dict[Any, Any] = {f: "low" for f in _LOW} | {f: torch.float32 for f in _FP32}
+
+
+def _cast(value: Any, dtype: torch.dtype) -> Any:
+    if isinstance(value, SimTensor) and value.is_floating_point() and value.dtype != dtype:
+        return value.to(dtype)
+    if type(value) is list or type(value) is tuple:
+        return type(value)(_cast(v, dtype) for v in value)
+    if type(value) is dict:
+        return {k: _cast(v, dtype) for k, v in value.items()}
+    return value
 
 
 # Random operations without a ``generator`` argument, redone (as the CPU does
@@ -462,6 +496,10 @@ class _DeviceModule:
             gen.manual_seed(int(seed))
 
     @staticmethod
+    def get_amp_supported_dtype() -> list[torch.dtype]:
+        return [torch.bfloat16, torch.float16]
+
+    @staticmethod
     def synchronize(device: Any = None) -> None:
         """Nothing to wait for: every simulated operation has finished when it returns."""
 
@@ -506,8 +544,12 @@ def enable() -> None:
             packet, _, overload = name.partition(".")
             op = getattr(getattr(_aten, packet), overload or "default")
             library.impl(name, _factory(op), "PrivateUse1")
+        # Autocast is applied in SimTensor.__torch_function__; the dispatcher's
+        # autocast step for this device type has nothing left to do.
+        autocast = torch.library.Library("_", "IMPL")
+        autocast.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
         _patch_backward()
-        _library.append(library)
+        _library.extend([library, autocast])
 
 
 def _patch_backward() -> None:

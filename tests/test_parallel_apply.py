@@ -14,6 +14,7 @@ import learn_parallel as lp
 from learn_parallel.parallel_apply import worker_threads
 
 SOURCE = lp.Device("sim", 0).torch_device
+KIND = SOURCE.type  # "sim": simulated devices have an autocast of their own, like "cuda"
 
 
 class Probe(nn.Module):
@@ -24,7 +25,7 @@ class Probe(nn.Module):
             "thread": threading.get_ident(),
             "name": threading.current_thread().name,
             "grad": torch.is_grad_enabled(),
-            "autocast": (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")),
+            "autocast": (torch.is_autocast_enabled(KIND), torch.get_autocast_dtype(KIND)),
             "x": x,
         }
 
@@ -52,15 +53,22 @@ def test_workers_adopt_grad_mode_and_autocast_with_its_dtype():
         assert not any(r["grad"] for r in run_probes())
     assert all(r["grad"] for r in run_probes())
     for dtype in (torch.bfloat16, torch.float16):
-        with torch.autocast("cpu", dtype=dtype):
+        with torch.autocast(KIND, dtype=dtype):
             assert all(r["autocast"] == (True, dtype) for r in run_probes())
     assert all(r["autocast"][0] is False for r in run_probes())
 
 
+def test_autocast_really_applies_inside_replicas():
+    net = nn.Linear(4, 4).to(SOURCE)
+    with torch.autocast(KIND, dtype=torch.bfloat16):
+        out = lp.DataParallel(net, [0, 1])(torch.randn(6, 4))
+    assert out.dtype == torch.bfloat16
+    out.float().sum().backward()  # the casts were recorded: gradients in float32
+    assert net.weight.grad.dtype == torch.float32
+
+
 def test_cpu_autocast_does_not_reach_simulated_devices():
-    # As on GPUs, where autocast("cpu") leaves CUDA tensors alone: simulated
-    # devices are not the CPU. (PyTorch has no autocast rules for a backend
-    # written in Python; tests/test_gpu.py checks autocast in replicas on GPUs.)
+    # As on GPUs, where autocast("cpu") leaves CUDA tensors alone.
     net = nn.Linear(4, 4).to(SOURCE)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = lp.DataParallel(net, [0, 1])(torch.randn(6, 4))

@@ -333,3 +333,24 @@ def test_module_to_keeps_tied_weights_tied():
 def test_gradcheck_through_a_copy_between_devices():
     x = torch.randn(3, 2, dtype=torch.float64, device=SIM[0], requires_grad=True)
     assert torch.autograd.gradcheck(lambda t: (t.to(SIM[1]) ** 3).to(SIM[0]), (x,))
+
+
+def test_autocast_on_simulated_devices_follows_cpu_autocast():
+    torch.manual_seed(0)
+    cpu = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
+    sim = copy.deepcopy(cpu).to(SIM[1])
+    x, y = torch.randn(5, 8), torch.randn(5, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = cpu(x)
+        expected_loss = nn.functional.mse_loss(expected, y)
+    with torch.autocast("sim", dtype=torch.bfloat16):
+        got = sim(x.to(SIM[1]))
+        loss = nn.functional.mse_loss(got, y.to(SIM[1]))
+    assert got.dtype == expected.dtype == torch.bfloat16
+    assert loss.dtype == expected_loss.dtype == torch.float32  # mse_loss runs in float32
+    torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
+    loss.backward()
+    expected_loss.backward()
+    for p, q in zip(sim.parameters(), cpu.parameters()):
+        assert p.grad.dtype == torch.float32
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=0, atol=0)
