@@ -18,7 +18,6 @@ Without GPUs, every simulated device is backed by the CPU. What makes them
   exactly as CUDA seeds every GPU: all with the same seed.
 - Each device counts the bytes of the tensors that live on it, with a peak
   that can be reset (`memory_allocated`, `max_memory_allocated`).
-
 - ``torch.autocast("sim")`` applies CPU autocast's rules to the common
   operations (matrix products, convolutions, ``linear``; losses in float32).
 
@@ -523,7 +522,13 @@ def enable() -> None:
     with _enabled:
         if _library:
             return
-        from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+        try:  # added in torch 2.9: a device type implemented in Python
+            from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+        except ImportError:
+            raise RuntimeError(
+                f"Simulated devices need torch 2.9 or newer (this is torch "
+                f"{torch.__version__}): upgrade torch, or run on GPUs."
+            ) from None
 
         current = torch._C._get_privateuse1_backend_name()
         if current not in ("privateuseone", NAME):
