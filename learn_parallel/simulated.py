@@ -132,6 +132,16 @@ def reset_peak_memory_stats(index: int) -> None:
 # --------------------------------------------------------------------------
 
 _aten = torch.ops.aten
+# In-place operations that change only a tensor's shape and strides.
+_METADATA_IN_PLACE = {
+    _aten.transpose_,
+    _aten.t_,
+    _aten.squeeze_,
+    _aten.unsqueeze_,
+    _aten.swapdims_,
+    _aten.swapaxes_,
+    _aten.as_strided_,
+}
 # Operations that move data between devices: their tensors may sit anywhere.
 _TRANSFERS = {_aten.copy_.default, _aten._to_copy.default, _aten._copy_from.default}
 _takes_generator: dict[Any, bool] = {}
@@ -266,6 +276,11 @@ class SimTensor(torch.Tensor):
                         f"{func.__name__}: an out= tensor on a simulated device cannot be "
                         f"resized; pass one of the result's shape, or drop out=."
                     )
+        if func.overloadpacket in _METADATA_IN_PLACE:
+            # transpose_ and friends changed the CPU tensor's shape: give the wrapper
+            # the same shape (these only touch metadata, so they run on it as well).
+            with torch._C._DisableTorchDispatch():
+                func(given[id(args[0])], *args[1:], **kwargs)
         return _wrap(out, given, target if type(target) is int else None)
 
 
@@ -373,8 +388,32 @@ def _lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     return grad_gates, grad_c * f, grad_gates.sum(0) if has_bias else None
 
 
+def _gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    """``_thnn_fused_gru_cell``, the cell PyTorch's GRU uses on accelerators."""
+    if input_bias is not None:
+        input_gates, hidden_gates = input_gates + input_bias, hidden_gates + hidden_bias
+    i_r, i_z, i_n = input_gates.chunk(3, 1)
+    h_r, h_z, h_n = hidden_gates.chunk(3, 1)
+    r, z = (i_r + h_r).sigmoid(), (i_z + h_z).sigmoid()
+    n = (i_n + r * h_n).tanh()
+    return n + z * (hx - n), torch.cat([r, z, n, h_n, hx], 1)
+
+
+def _gru_cell_backward(grad_hy, workspace, has_bias):
+    r, z, n, h_n, hx = workspace.chunk(5, 1)
+    grad_z = grad_hy * (hx - n) * z * (1 - z)
+    grad_n = grad_hy * (1 - z) * (1 - n * n)
+    grad_r = grad_n * h_n * r * (1 - r)
+    grad_input = torch.cat([grad_r, grad_z, grad_n], 1)
+    grad_hidden = torch.cat([grad_r, grad_z, grad_n * r], 1)
+    biases = (grad_input.sum(0), grad_hidden.sum(0)) if has_bias else (None, None)
+    return grad_input, grad_hidden, grad_hy * z, *biases
+
+
 # Accelerator-only operations, written out for the CPU tensors behind simulated ones.
 _ACCELERATOR_ONLY = {
+    _aten._thnn_fused_gru_cell.default: _gru_cell,
+    _aten._thnn_fused_gru_cell_backward.default: _gru_cell_backward,
     _aten._thnn_fused_lstm_cell.default: _lstm_cell,
     _aten._thnn_fused_lstm_cell_backward_impl.default: _lstm_cell_backward,
 }

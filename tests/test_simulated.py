@@ -354,3 +354,29 @@ def test_autocast_on_simulated_devices_follows_cpu_autocast():
     for p, q in zip(sim.parameters(), cpu.parameters()):
         assert p.grad.dtype == torch.float32
         torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU, nn.RNN])
+def test_recurrent_layers_match_the_cpu(kind):
+    # On accelerators PyTorch runs LSTM and GRU through fused cells with no CPU
+    # kernel; simulated devices compute those cells themselves.
+    torch.manual_seed(0)
+    cpu = kind(3, 4, num_layers=2, batch_first=True).double()
+    sim = copy.deepcopy(cpu).to(SIM[1])
+    x = torch.randn(5, 6, 3, dtype=torch.float64)
+    expected, _ = cpu(x)
+    got, _ = sim(x.to(SIM[1]))
+    torch.testing.assert_close(got.cpu(), expected, **TOL)
+    expected.pow(2).sum().backward()
+    got.pow(2).sum().backward()
+    for p, q in zip(sim.parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, **TOL)
+
+
+def test_in_place_shape_changes_reach_the_simulated_tensor():
+    x = torch.arange(6.0, device=SIM[2]).reshape(2, 3)
+    x.transpose_(0, 1)
+    assert x.shape == (3, 2) and x.stride() == (1, 3)
+    assert x.cpu().tolist() == [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]
+    x.unsqueeze_(0)
+    assert x.shape == (1, 3, 2) and (x + 1).shape == (1, 3, 2)
