@@ -5,9 +5,10 @@ value defined here, so the rest of the code never has to ask "is this a real
 GPU?" more than once.
 
 With CUDA available, integer ids name GPUs. Without it, integer ids name
-*simulated* devices: each one is backed by the CPU, gets its own worker thread
-and its own copies of the data and parameters, but shares the machine's memory
-and cores. Everything that prints a simulated device says so.
+*simulated* devices ``sim:0``, ``sim:1`` ...: PyTorch devices of their own
+(`learn_parallel.simulated`), so mixing two of them in one operation fails as
+it does on GPUs, but backed by the CPU: they share the machine's memory and
+cores. Everything that prints a simulated device says so.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+
+from learn_parallel import simulated
 
 SIMULATED = "sim"
 SIMULATED_DEVICES_ENV = "LEARN_PARALLEL_SIMULATED_DEVICES"
@@ -40,9 +43,12 @@ class Device:
 
     @property
     def torch_device(self) -> torch.device:
-        """Where tensors for this device really live (the CPU for simulated ones)."""
+        """The torch device of this device: ``cuda:N``, ``sim:N`` or ``cpu``."""
         if self.type == "cuda":
             return torch.device("cuda", self.index)
+        if self.type == SIMULATED:
+            simulated.enable()  # registers the sim device type with PyTorch, once
+            return torch.device(SIMULATED, self.index)
         return torch.device("cpu")
 
     def __str__(self) -> str:
@@ -189,7 +195,11 @@ def resolve_device_ids(device_ids: Sequence[DeviceLike] | None) -> list[Device]:
 
 
 def synchronize(devices: Sequence[Device]) -> None:
-    """Wait until every GPU in ``devices`` has finished its queued work (simulated: no-op)."""
+    """Wait until every GPU in ``devices`` has finished its queued work.
+
+    Simulated devices have nothing to wait for: each operation on them has
+    finished when it returns.
+    """
     for device in devices:
         if device.type == "cuda":
             torch.cuda.synchronize(device.index)

@@ -22,8 +22,8 @@ from learn_parallel.scatter_gather import join
 def check_on_device(value: Any, device: Device, path: str, fix: str) -> None:
     """Raise unless every tensor in ``value`` sits on ``device``; ``fix`` ends the message.
 
-    On simulated devices every tensor really lives on the CPU, so this can only
-    check the backing torch device (`Device.torch_device`), not the simulated index.
+    Simulated devices are torch devices of their own (``sim:N``), so this
+    checks the index there exactly as on GPUs.
     """
     if isinstance(value, torch.Tensor):
         if value.device != device.torch_device:

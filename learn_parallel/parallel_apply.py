@@ -256,7 +256,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def _infer_device(module: nn.Module, position: int) -> Device:
     for tensor in [*module.parameters(), *module.buffers()]:
-        if tensor.is_cuda:
+        if tensor.device.type in ("cuda", "sim"):  # a GPU or a simulated device
             return to_device(tensor.device)
     return to_device(position)
 

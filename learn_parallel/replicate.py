@@ -30,8 +30,7 @@ def copy_to_devices(tensors: Sequence[torch.Tensor], devices: Sequence[Device]) 
 
     On GPUs, `broadcast_coalesced` packs the small tensors into a few large
     buffers, so a model with hundreds of parameters costs a few copies, not
-    hundreds. Simulated devices share host memory; cloning still gives every
-    replica a parameter of its own.
+    hundreds. On simulated devices each tensor is copied with ``.to()``.
     """
     if not devices[0].is_simulated:
         # Coalescing sends complex tensors as real (..., 2) views: turn them back.
@@ -39,7 +38,7 @@ def copy_to_devices(tensors: Sequence[torch.Tensor], devices: Sequence[Device]) 
         if not any(t.is_complex() for t in tensors):
             return copies
         return [list(tensors)] + [_as_complex_like(c, tensors) for c in copies[1:]]
-    return [list(tensors)] + [[t.clone() for t in tensors] for _ in devices[1:]]
+    return [list(tensors)] + [[t.to(d.torch_device) for t in tensors] for d in devices[1:]]
 
 
 def reduce_add_to_source(per_device: Sequence[Sequence[torch.Tensor]], source: Device) -> list:
@@ -49,7 +48,16 @@ def reduce_add_to_source(per_device: Sequence[Sequence[torch.Tensor]], source: D
             [_as_real(grads) for grads in per_device], destination=source.index
         )
         return _as_complex_like(summed, per_device[0])
-    return [torch.stack(list(copies)).sum(0) for copies in zip(*per_device)]
+    # One copy at a time onto the source device, as torch.cuda.comm.reduce_add
+    # does: the source holds the sum and one incoming copy, never all of them.
+    target = source.torch_device
+    sums = []
+    for copies in zip(*per_device):
+        total = copies[0].to(target, copy=True)
+        for other in copies[1:]:
+            total.add_(other.to(target))
+        sums.append(total)
+    return sums
 
 
 # [copy-to-devices]

@@ -65,8 +65,7 @@ class TupleParallel(nn.Module):
     default) batch i is moved to device i, and the keyword arguments, shared by
     every replica, are moved to every device; with ``transfer=False`` batch i
     must already sit there, which is checked for tensors (custom objects cannot
-    be inspected). On simulated devices every tensor lives on the CPU, so the
-    check sees only the backing torch device.
+    be inspected), on GPUs and simulated devices alike.
     """
 
     def __init__(

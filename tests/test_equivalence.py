@@ -14,6 +14,7 @@ from torch import nn
 import learn_parallel as lp
 
 TOL = {"rtol": 1e-10, "atol": 1e-12}
+SOURCE = lp.Device("sim", 0).torch_device  # device_ids[0]: the module must live there
 
 
 class Nested(nn.Module):
@@ -70,7 +71,8 @@ def train(model, forward, batches):
 
 def assert_same(a, b):
     if isinstance(a, torch.Tensor):
-        torch.testing.assert_close(a, b, **TOL)
+        # DataParallel's side lives on sim:0, the reference on the CPU.
+        torch.testing.assert_close(a.cpu(), b.cpu(), **TOL)
     elif isinstance(a, dict):
         assert a.keys() == b.keys()
         for key in a:
@@ -89,9 +91,11 @@ def test_training_matches_one_device(devices, batch):
     parallel = copy.deepcopy(reference)
     batches = [make_batch(batch, torch.Generator().manual_seed(s)) for s in range(3)]
 
-    dp = lp.DataParallel(parallel, device_ids=list(range(devices)))
+    dp = lp.DataParallel(parallel.to(SOURCE), device_ids=list(range(devices)))
     expected = train(reference, reference, batches)
     got = train(parallel, dp, batches)
+    assert got[0][0][0]["out"].device == SOURCE  # gathered onto device_ids[0]
+    assert all(p.device == SOURCE for p in got[1])
     assert_same(got, expected)
 
 
@@ -99,15 +103,15 @@ def test_functional_data_parallel_matches_one_device():
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 1)).double()
     x = torch.randn(11, 4, dtype=torch.double)
-    out = lp.data_parallel(net, x, device_ids=[0, 1, 2])
+    reference = copy.deepcopy(net)
+    out = lp.data_parallel(net.to(SOURCE), x, device_ids=[0, 1, 2])
     out.sum().backward()
-    grads = [p.grad.clone() for p in net.parameters()]
-    net.zero_grad()
-    single = net(x)
+    single = reference(x)
     single.sum().backward()
-    torch.testing.assert_close(out, single, **TOL)
-    for g, p in zip(grads, net.parameters()):
-        torch.testing.assert_close(g, p.grad, **TOL)
+    assert out.device == SOURCE
+    torch.testing.assert_close(out.cpu(), single, **TOL)
+    for p, q in zip(net.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, **TOL)
 
 
 def test_functional_data_parallel_passes_module_kwargs():
@@ -122,8 +126,9 @@ def test_functional_data_parallel_passes_module_kwargs():
 def test_gather_dim_and_output_device_are_honoured():
     net = nn.Linear(3, 2).double()
     x = torch.randn(2, 6, 3, dtype=torch.double)  # batch along dim 1
-    out = lp.DataParallel(net, [0, 1, 2], output_device="cpu", dim=1)(x)
-    torch.testing.assert_close(out, net(x), **TOL)
+    reference = copy.deepcopy(net)
+    out = lp.DataParallel(net.to(SOURCE), [0, 1, 2], output_device="cpu", dim=1)(x)
+    torch.testing.assert_close(out, reference(x), **TOL)  # both on the CPU
 
 
 def test_no_inputs_run_once_on_the_first_device():
@@ -135,27 +140,28 @@ def test_no_inputs_run_once_on_the_first_device():
         def forward(self):
             return self.value * 3
 
-    assert lp.DataParallel(Constant(), [0, 1, 2])().tolist() == [3.0, 3.0]
+    out = lp.DataParallel(Constant().to(SOURCE), [0, 1, 2])()
+    assert out.device == SOURCE and out.tolist() == [3.0, 3.0]
 
 
 def test_source_device_check_names_the_tensor_and_the_fix():
-    net = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    net = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)).to(SOURCE)
     net[1].to("meta")
     dp = lp.DataParallel(net, [0, 1])
     with pytest.raises(
         RuntimeError,
         match=r"on device sim:0 \(device_ids\[0\]\) but parameter '1.weight' is on meta\. "
-        r"Move the module there.*module.to\('cpu'\)",
+        r"Move the module there.*module.to\('sim:0'\)",
     ):
         dp(torch.ones(4, 2))
-    net[1].weight = nn.Parameter(torch.ones(2))
-    net[1].bias = nn.Parameter(torch.zeros(2))
+    net[1].weight = nn.Parameter(torch.ones(2, device=SOURCE))
+    net[1].bias = nn.Parameter(torch.zeros(2, device=SOURCE))
     with pytest.raises(RuntimeError, match="but buffer '1.running_mean' is on meta"):
         dp(torch.ones(4, 2))
 
 
 def test_no_grad_forward_builds_no_graph():
-    net = nn.Linear(3, 1)
+    net = nn.Linear(3, 1).to(SOURCE)
     with torch.no_grad():
         out = lp.DataParallel(net, [0, 1])(torch.randn(4, 3))
     assert out.grad_fn is None and not out.requires_grad
@@ -181,7 +187,7 @@ def test_steps_can_be_overridden_like_in_pytorch():
             calls.append(("gather", str(output_device)))
             return super().gather(outputs, output_device)
 
-    Logged(nn.Linear(2, 1), [0, 1, 2])(torch.ones(2, 2))
+    Logged(nn.Linear(2, 1).to(SOURCE), [0, 1, 2])(torch.ones(2, 2))
     assert calls == [
         ("scatter", [0, 1, 2]),
         ("replicate", [0, 1]),

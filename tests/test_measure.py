@@ -24,12 +24,13 @@ def _well_formed(m: measure.Measurement) -> None:
     assert m.title and m.xlabel and "(" in m.ylabel, "the y label names its unit"
 
 
-@pytest.mark.parametrize("key", [k for k in measure.MEASUREMENTS if k != "peak_memory"])
+@pytest.mark.parametrize("key", list(measure.MEASUREMENTS))
 def test_every_measurement_runs_on_simulated_devices(key):
     m = measure.MEASUREMENTS[key](DEVICES)
     _well_formed(m)
     assert m.key == key
-    assert m.hardware == "3 simulated CPU devices (host clock)"
+    clock = "bytes of live tensors" if key == "peak_memory" else "host clock"
+    assert m.hardware == f"3 simulated CPU devices ({clock})"
 
 
 def test_per_device_measurements_have_one_bar_per_device():
@@ -46,8 +47,12 @@ def test_sweeps_cover_powers_of_two_and_every_device():
     }
 
 
-def test_peak_memory_needs_gpus():
-    assert measure.peak_memory(DEVICES) is None
+def test_peak_memory_shows_device_0_holding_more_under_data_parallel():
+    m = measure.peak_memory(DEVICES, rows=600, classes=2000)
+    dp, tp = m.series["DataParallel"], m.series["TupleParallel"]
+    logits_mib = 600 * 2000 * 4 / 2**20  # every logit gathered onto device 0
+    assert dp[0] > logits_mib and dp[0] > 2 * max(dp[1:])
+    assert max(tp) < dp[0] - logits_mib / 2  # TupleParallel leaves logits where computed
 
 
 def test_timelines_hold_the_phases_of_their_chapter():
@@ -61,8 +66,9 @@ def test_timelines_hold_the_phases_of_their_chapter():
 
 def test_threads_per_call_computes_what_parallel_apply_computes():
     torch.manual_seed(0)
-    replicas = replicate(nn.Linear(4, 2), [0, 1, 2], detach=True)
-    inputs = [torch.randn(2, 4) for _ in range(3)]
+    devices = [Device("sim", i).torch_device for i in range(3)]
+    replicas = replicate(nn.Linear(4, 2).to(devices[0]), [0, 1, 2], detach=True)
+    inputs = [torch.randn(2, 4, device=d) for d in devices]
     with torch.no_grad():
         ours = parallel_apply(replicas, [(x,) for x in inputs])
         baseline = measure.threads_per_call(replicas, inputs)
@@ -80,7 +86,7 @@ def test_the_cli_writes_what_load_recorded_reads(tmp_path, monkeypatch):
     monkeypatch.setenv("LEARN_PARALLEL_DATA", str(tmp_path))
     recorded = measure.load_recorded("sim-x2")
     assert recorded.hardware == "2 simulated CPU devices (host clock)"
-    assert set(recorded.measurements) == set(measure.MEASUREMENTS) - {"peak_memory"}
+    assert set(recorded.measurements) == set(measure.MEASUREMENTS)
     assert recorded.measurement("matmul").x == ["sim:0", "sim:1"]
     assert set(recorded.timelines) == set(measure.TIMELINES)
     with pytest.raises(KeyError, match="has no measurement 'nope'"):

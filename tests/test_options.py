@@ -8,13 +8,14 @@ cases among them) give the outputs, gradients and optimizer steps of one device
 running the plain networks. Equivalence runs in float64 with rtol=1e-10,
 atol=1e-12 (sums over devices are only reordered).
 
-On simulated devices every tensor lives on the CPU, so "sits on device i" is
-checked against the backing torch device only; a meta tensor stands in for a
-misplaced one. The GPU tests check real placement.
+Simulated devices are distinct torch devices (``sim:i``), so "sits on device
+i" is checked as on GPUs: models start on device_ids[0], per-device inputs on
+their devices, and references run on the CPU.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import namedtuple
 
@@ -23,6 +24,7 @@ import torch
 from torch import nn
 
 from learn_parallel import DataParallel, device_type, gather_per_device
+from learn_parallel.devices import to_device
 
 TOL = {"rtol": 1e-10, "atol": 1e-12}
 Out = namedtuple("Out", ["a", "b"])
@@ -41,7 +43,17 @@ def on_gpu() -> bool:
 
 
 def source_of(device_ids) -> torch.device:
-    return torch.device("cuda", device_ids[0]) if on_gpu() else torch.device("cpu")
+    return to_device(device_ids[0]).torch_device
+
+
+def on(module: nn.Module, device_ids) -> nn.Module:
+    """The module on device_ids[0], where DataParallel expects it."""
+    return module.to(source_of(device_ids))
+
+
+def spread(values, device_ids=(0, 1, 2, 3)) -> tuple:
+    """Value i moved to device_ids[i], as inputs_are_scattered=True expects."""
+    return tuple(v.to(to_device(d).torch_device) for v, d in zip(values, device_ids))
 
 
 def batch(rows: int = 16, features: int = 5, seed: int = 0) -> torch.Tensor:
@@ -96,10 +108,11 @@ def assert_close_all(actual, expected) -> None:
 def test_not_gathered_every_tensor_leaf_becomes_a_per_device_tuple(n):
     model = Structured()
     x = batch()
-    out = DataParallel(model, device_ids=list(range(n)), gather_to_one_device=False)(x)
     reference = model(x)
+    out = DataParallel(on(model, [0]), device_ids=list(range(n)), gather_to_one_device=False)(x)
     pieces = reference["y"].chunk(n)
     assert isinstance(out["y"], tuple) and len(out["y"]) == n
+    assert [y.device.index for y in out["y"]] == list(range(n))  # each left where computed
     assert_close_all(out["y"], pieces)
     assert isinstance(out["pair"], Out) and out["pair"].b is None
     assert_close_all(out["pair"].a, [p * 2 for p in pieces])
@@ -108,14 +121,14 @@ def test_not_gathered_every_tensor_leaf_becomes_a_per_device_tuple(n):
 
 
 def test_not_gathered_on_one_device_still_gives_one_element_tuples():
-    out = DataParallel(Structured(), device_ids=[0], gather_to_one_device=False)(batch())
+    out = DataParallel(on(Structured(), [0]), device_ids=[0], gather_to_one_device=False)(batch())
     assert isinstance(out["y"], tuple) and len(out["y"]) == 1
 
 
 def test_not_gathered_short_batch_gives_as_many_values_as_pieces():
-    out = DataParallel(linear(5, 2, 0), device_ids=[0, 1, 2, 3], gather_to_one_device=False)(
-        batch(rows=3)
-    )
+    out = DataParallel(
+        on(linear(5, 2, 0), [0]), device_ids=[0, 1, 2, 3], gather_to_one_device=False
+    )(batch(rows=3))
     assert len(out) == 3
 
 
@@ -127,27 +140,27 @@ def test_scattered_inputs_replica_i_gets_value_i_of_every_argument(n):
     model = Tagger()
     xs = batch().chunk(n)
     extras = tuple(torch.full((len(x),), 100.0 + i, dtype=torch.float64) for i, x in enumerate(xs))
-    dp = DataParallel(model, device_ids=list(range(n)), inputs_are_scattered=True)
-    out = dp(list(xs), extra=extras)  # a list works as well as a tuple
+    reference = torch.cat([model.linear(x) + e[:, None] for x, e in zip(xs, extras)])
+    dp = DataParallel(on(model, [0]), device_ids=list(range(n)), inputs_are_scattered=True)
+    out = dp(list(spread(xs)), extra=spread(extras))  # a list works as well as a tuple
     assert model.seen == {
         f"learn_parallel worker sim:{i}": (float(xs[i][0, 0]), 100.0 + i) for i in range(n)
     }
-    reference = torch.cat([model.linear(x) + e[:, None] for x, e in zip(xs, extras)])
-    torch.testing.assert_close(out, reference, **TOL)  # gathered in device_ids order
+    torch.testing.assert_close(out.cpu(), reference, **TOL)  # gathered in device_ids order
 
 
 def test_scattered_inputs_with_fewer_values_run_fewer_replicas():
-    model = Tagger()
-    xs = batch(rows=2).chunk(2)
+    model = on(Tagger(), [0])
+    xs = spread(batch(rows=2).chunk(2))
     dp = DataParallel(model, device_ids=[0, 1, 2, 3], inputs_are_scattered=True)
-    out = dp(xs, extra=(torch.zeros(1), torch.zeros(1)))
+    out = dp(xs, extra=spread((torch.zeros(1), torch.zeros(1))))
     assert out.shape == (2, 2) and len(model.seen) == 2
 
 
 def test_scattered_inputs_errors_name_the_problem_and_the_fix():
-    dp = DataParallel(Tagger(), device_ids=[0, 1], inputs_are_scattered=True)
-    xs = batch().chunk(2)
-    extra = (torch.zeros(8), torch.zeros(8))
+    dp = DataParallel(on(Tagger(), [0]), device_ids=[0, 1], inputs_are_scattered=True)
+    xs = spread(batch().chunk(2))
+    extra = spread((torch.zeros(8), torch.zeros(8)))
     with pytest.raises(TypeError, match=r"argument 0 is a Tensor.*gather_to_one_device=False"):
         dp(batch(), extra=extra)
     with pytest.raises(TypeError, match="keyword argument 'extra' is a Out"):
@@ -158,11 +171,13 @@ def test_scattered_inputs_errors_name_the_problem_and_the_fix():
         dp(batch(rows=24).chunk(3), extra=(torch.zeros(8),) * 3)
     with pytest.raises(ValueError, match="argument 0 has 2, keyword argument 'extra' has 1"):
         dp(xs, extra=extra[:1])
-    misplaced = (xs[0], torch.empty(8, 5, dtype=torch.float64, device="meta"))
-    with pytest.raises(
-        RuntimeError, match=r"argument 0\[1\] is on meta, but it goes to sim:1 .*device_ids\[1\]"
-    ):
-        dp(misplaced, extra=extra)
+    for wrong in ("meta", "cpu", "sim:0"):  # sim:0 is a device, but not this piece's
+        misplaced = (xs[0], xs[1].to(wrong))
+        with pytest.raises(
+            RuntimeError,
+            match=rf"argument 0\[1\] is on {wrong}, but it goes to sim:1 .*device_ids\[1\]",
+        ):
+            dp(misplaced, extra=extra)
 
 
 # ---------------------------------------------------------------- except_keywords
@@ -184,9 +199,11 @@ class Features(nn.Module):
 def test_except_keywords_keep_their_subtrees_apart_and_gather_the_rest(n):
     model = Features()
     x = batch()
-    out = DataParallel(model, device_ids=list(range(n)), except_keywords=["out1", "out2"])(x)
     reference = model.model(x)
-    torch.testing.assert_close(out["second_output"], reference, **TOL)
+    out = DataParallel(on(model, [0]), device_ids=list(range(n)), except_keywords=["out1", "out2"])(
+        x
+    )
+    torch.testing.assert_close(out["second_output"].cpu(), reference, **TOL)
     for key in ("out1", "out2"):
         assert isinstance(out["outputs"][key], tuple)
         assert_close_all(out["outputs"][key], reference.chunk(n))
@@ -198,6 +215,7 @@ def test_except_keywords_match_at_any_depth_and_keep_the_whole_subtree():
             return [{"a": {"keep": {"x": x, "more": [x]}, "b": x}}, x]
 
     out = DataParallel(Deep(), device_ids=[0, 1], except_keywords=("keep",))(batch())
+    assert [t.device.index for t in out[0]["a"]["keep"]["x"]] == [0, 1]
     kept = out[0]["a"]["keep"]
     assert len(kept["x"]) == 2 and len(kept["more"][0]) == 2
     assert out[0]["a"]["b"].shape == (16, 5) and out[1].shape == (16, 5)
@@ -209,11 +227,11 @@ def test_except_keywords_as_a_bare_string_is_refused():
 
 
 def test_default_options_keep_pytorch_behaviour():
-    dp = DataParallel(Features(), device_ids=[0, 1])
+    dp = DataParallel(on(Features(), [0]), device_ids=[0, 1])
     out = dp(batch())
     assert out["outputs"]["out1"].shape == (16, 2)  # everything gathered
     assert "gather_to_one_device" not in repr(dp)
-    assert DataParallel(linear(5, 1, 0), device_ids=[0])(batch()).shape == (16, 1)
+    assert DataParallel(on(linear(5, 1, 0), [0]), device_ids=[0])(batch()).shape == (16, 1)
     options = DataParallel(Features(), [0, 1], except_keywords=["out2", "out1"])
     assert "except_keywords=['out1', 'out2']" in repr(options)
 
@@ -235,11 +253,14 @@ class RowIds(nn.Module):
 @pytest.mark.parametrize("device_ids", [[0, 1], [1, 0], [2, 0, 1], [1, 2], [3, 1, 0, 2]])
 def test_sort_and_gather_keeps_batch_order_for_any_device_order(device_ids):
     rows = torch.arange(10, dtype=torch.float64)[:, None]
-    kept = DataParallel(RowIds(), device_ids, gather_to_one_device=False)(rows)
-    gathered = DataParallel(RowIds(), device_ids, inputs_are_scattered=True, sort_and_gather=True)(
+    model = on(RowIds(), device_ids)
+    kept = DataParallel(model, device_ids, gather_to_one_device=False)(rows)
+    assert [k.device.index for k in kept] == device_ids
+    gathered = DataParallel(model, device_ids, inputs_are_scattered=True, sort_and_gather=True)(
         kept
     )
-    torch.testing.assert_close(gathered, rows)
+    assert gathered.device == source_of(device_ids)
+    torch.testing.assert_close(gathered.cpu(), rows)
     torch.testing.assert_close(gather_per_device(kept, "cpu"), rows)
 
 
@@ -250,19 +271,18 @@ def test_sort_and_gather_refuses_options_that_keep_outputs_apart():
 
 
 def test_gather_per_device_undoes_gather_to_one_device_false_with_gradients():
-    model = Structured()
+    model = on(Structured(), [2])
+    reference_model = copy.deepcopy(model).cpu()
     x = batch()
     out = DataParallel(model, [2, 0, 1], gather_to_one_device=False)(x)
     whole = gather_per_device(out, "cpu")
-    reference = model(x)
+    reference = reference_model(x)
     torch.testing.assert_close(whole["y"], reference["y"], **TOL)
     torch.testing.assert_close(whole["pair"].a, reference["pair"].a, **TOL)
     assert whole["name"] == ("structured",) * 3  # non-tensor tuples are left alone
     whole["y"].pow(2).sum().backward()
-    got = grads(model)
-    model.zero_grad()
     reference["y"].pow(2).sum().backward()
-    assert_close_all(got, grads(model))
+    assert_close_all(grads(model), grads(reference_model))
 
 
 # ---------------------------------------------------------------- the tutorial's test cases
@@ -279,8 +299,8 @@ def tutorial_case_one(device_ids, rows: int = 16):
     dp_b = DataParallel(net_b, device_ids, inputs_are_scattered=True)
     features = dp_a(x.to(source))
     assert isinstance(features, tuple) and len(features) == min(len(device_ids), rows)
-    if on_gpu():  # each piece stayed on the device that computed it
-        assert [f.device.index for f in features] == device_ids[: len(features)]
+    # each piece stayed on the device that computed it
+    assert [f.device.index for f in features] == device_ids[: len(features)]
     out = dp_b(features)
     out.mean().backward()
 

@@ -14,6 +14,9 @@ from torch import nn
 import learn_parallel as lp
 from learn_parallel.parallel_apply import worker_threads
 
+SOURCE = lp.Device("sim", 0).torch_device
+KIND = SOURCE.type  # "sim": simulated devices have an autocast of their own, like "cuda"
+
 
 class Probe(nn.Module):
     """Returns what the worker thread saw, as plain data."""
@@ -23,7 +26,7 @@ class Probe(nn.Module):
             "thread": threading.get_ident(),
             "name": threading.current_thread().name,
             "grad": torch.is_grad_enabled(),
-            "autocast": (torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")),
+            "autocast": (torch.is_autocast_enabled(KIND), torch.get_autocast_dtype(KIND)),
             "x": x,
         }
 
@@ -51,16 +54,26 @@ def test_workers_adopt_grad_mode_and_autocast_with_its_dtype():
         assert not any(r["grad"] for r in run_probes())
     assert all(r["grad"] for r in run_probes())
     for dtype in (torch.bfloat16, torch.float16):
-        with torch.autocast("cpu", dtype=dtype):
+        with torch.autocast(KIND, dtype=dtype):
             assert all(r["autocast"] == (True, dtype) for r in run_probes())
     assert all(r["autocast"][0] is False for r in run_probes())
 
 
 def test_autocast_really_applies_inside_replicas():
-    net = nn.Linear(4, 4)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    net = nn.Linear(4, 4).to(SOURCE)
+    with torch.autocast(KIND, dtype=torch.bfloat16):
         out = lp.DataParallel(net, [0, 1])(torch.randn(6, 4))
     assert out.dtype == torch.bfloat16
+    out.float().sum().backward()  # the casts were recorded: gradients in float32
+    assert net.weight.grad.dtype == torch.float32
+
+
+def test_cpu_autocast_does_not_reach_simulated_devices():
+    # As on GPUs, where autocast("cpu") leaves CUDA tensors alone.
+    net = nn.Linear(4, 4).to(SOURCE)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = lp.DataParallel(net, [0, 1])(torch.randn(6, 4))
+    assert out.device == SOURCE and out.dtype == torch.float32
 
 
 def test_inputs_may_be_single_objects_and_kwargs_are_passed():
@@ -124,10 +137,12 @@ def test_nested_data_parallel_inside_a_replica_does_not_hang():
             self.inner = nn.Linear(2, 2)
 
         def forward(self, x):
-            return lp.data_parallel(self.inner, x, [0, 1])
+            # This replica's own device first: its inner module lives there.
+            here = x.device.index
+            return lp.data_parallel(self.inner, x, [here, 1 - here])
 
-    outer = Outer()
-    x = torch.randn(8, 2)
+    outer = Outer().to(SOURCE)
+    x = torch.randn(8, 2, device=SOURCE)
     result = []
     runner = threading.Thread(target=lambda: result.append(lp.DataParallel(outer, [0, 1])(x)))
     runner.start()
@@ -138,10 +153,10 @@ def test_nested_data_parallel_inside_a_replica_does_not_hang():
 
 def test_no_thread_leak_from_many_data_parallel_objects():
     x = torch.randn(8, 3)
-    lp.DataParallel(nn.Linear(3, 1))(x)
+    lp.DataParallel(nn.Linear(3, 1).to(SOURCE))(x)
     before = len(threading.enumerate())
     for _ in range(50):
-        lp.DataParallel(nn.Linear(3, 1))(x).sum().backward()
+        lp.DataParallel(nn.Linear(3, 1).to(SOURCE))(x).sum().backward()
     assert len(threading.enumerate()) == before
     simulated_workers = [t for t in worker_threads() if "sim:" in t.name]
     assert len(simulated_workers) <= lp.device_count()
@@ -151,7 +166,7 @@ def test_no_reference_cycles_keep_the_model_alive():
     gc.collect()
     gc.disable()  # so only reference counting can free things
     try:
-        net = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+        net = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)).to(SOURCE)
         dp = lp.DataParallel(net, [0, 1, 2])
         dp(torch.randn(6, 3)).sum().backward()
         with pytest.raises(ValueError):  # a failure path too
@@ -172,7 +187,8 @@ def test_workers_restart_after_shutdown_and_the_process_exits_cleanly():
     assert len(run_probes()) == 3
     script = (
         "import torch, learn_parallel as lp; "
-        "lp.DataParallel(torch.nn.Linear(2, 2))(torch.ones(8, 2))"
+        "net = torch.nn.Linear(2, 2).to(lp.Device('sim', 0).torch_device); "
+        "lp.DataParallel(net)(torch.ones(8, 2))"
     )
 
     done = subprocess.run(

@@ -1,5 +1,7 @@
 """replicate(): own parameter copies per device, gradients summed back, tied weights tied."""
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -9,10 +11,12 @@ import learn_parallel as lp
 from learn_parallel.devices import Device
 from learn_parallel.replicate import Broadcast
 
+SIM = [Device("sim", i).torch_device for i in range(4)]  # replicate copies from SIM[0]
+
 
 def model():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
+    return nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2)).to(SIM[0])
 
 
 def test_every_replica_has_its_own_parameters_wired_to_the_original():
@@ -21,17 +25,19 @@ def test_every_replica_has_its_own_parameters_wired_to_the_original():
     assert len(replicas) == 3
     original = net[0].weight
     copies = [r[0].weight for r in replicas]
-    assert all(torch.equal(c, original) for c in copies)
+    assert [c.device for c in copies] == SIM[:3]
+    assert all(torch.equal(c.cpu(), original.cpu()) for c in copies)
     assert copies[0].data_ptr() == original.data_ptr()  # replica 0 shares storage
     assert len({c.data_ptr() for c in copies}) == 3  # the others are real copies
     assert all(c.grad_fn is not None and not c.is_leaf for c in copies)
 
 
 def test_gradients_from_all_replicas_sum_into_the_original():
-    net = nn.Linear(3, 1, bias=False)
+    net = nn.Linear(3, 1, bias=False).to(SIM[0])
     replicas = lp.replicate(net, [0, 1])
     x = torch.ones(1, 3)
-    (replicas[0](x).sum() + 2 * replicas[1](x).sum()).backward()
+    # Each replica's input on its own device; the two losses meet on the source device.
+    (replicas[0](x.to(SIM[0])).sum() + 2 * replicas[1](x.to(SIM[1])).sum().to(SIM[0])).backward()
     assert net.weight.grad.tolist() == [[3.0, 3.0, 3.0]]
 
 
@@ -43,13 +49,13 @@ def test_tied_weights_stay_tied():
             self.out = nn.Linear(3, 5, bias=False)
             self.out.weight = self.embed.weight
 
-    for replica in lp.replicate(Tied(), [0, 1]):
+    for replica in lp.replicate(Tied().to(SIM[0]), [0, 1]):
         assert replica.out.weight is replica.embed.weight
 
 
 def test_shared_submodules_stay_shared():
     layer = nn.Linear(2, 2)
-    net = nn.Sequential(layer, nn.ReLU(), layer)
+    net = nn.Sequential(layer, nn.ReLU(), layer).to(SIM[0])
     for replica in lp.replicate(net, [0, 1]):
         assert replica[0] is replica[2] and replica[0] is not layer
 
@@ -60,7 +66,7 @@ def test_replica_parameters_are_visible_in_forward():
             # A common pattern that finds no parameters in PyTorch's replicas.
             return x.to(next(self.parameters()).dtype) @ self.weight.t()
 
-    net = UsesParameters(2, 1)
+    net = UsesParameters(2, 1).to(SIM[0])
     replicas = lp.replicate(net, [0, 1])
     assert [len(list(r.parameters())) for r in replicas] == [2, 2]
     out = lp.DataParallel(net, [0, 1])(torch.ones(4, 2, dtype=torch.int64))
@@ -82,7 +88,7 @@ def test_batchnorm_statistics_survive_only_from_replica_zero():
     x = torch.cat([torch.zeros(4, 3), torch.full((4, 3), 10.0)])
     lp.DataParallel(net, [0, 1])(x)
     only_first_half = model().train()
-    only_first_half(x[:4])
+    only_first_half(x[:4].to(SIM[0]))
     assert torch.allclose(net[1].running_mean, only_first_half[1].running_mean)
 
 
@@ -92,7 +98,7 @@ def test_detach_under_no_grad():
 
 
 def test_frozen_parameters_stay_frozen():
-    net = nn.Linear(2, 2)
+    net = nn.Linear(2, 2).to(SIM[0])
     net.bias.requires_grad_(False)
     replicas = lp.replicate(net, [0, 1])
     assert all(r.weight.requires_grad and not r.bias.requires_grad for r in replicas)
@@ -113,19 +119,20 @@ def test_module_must_be_on_the_first_device():
 
 
 def test_zero_grad_on_a_replica_warns():
-    replica = lp.replicate(nn.Linear(2, 2), [0, 1])[1]
+    replica = lp.replicate(nn.Linear(2, 2).to(SIM[0]), [0, 1])[1]
     with pytest.warns(UserWarning, match="zero_grad"):
         replica.zero_grad()
 
 
 def test_broadcast_gradcheck_and_gradgradcheck():
     devices = [Device("sim", 0), Device("sim", 1), Device("sim", 2)]
-    a = torch.randn(3, 2, dtype=torch.double, requires_grad=True)
-    b = torch.randn(4, dtype=torch.double, requires_grad=True)
+    a = torch.randn(3, 2, dtype=torch.double, device=SIM[0], requires_grad=True)
+    b = torch.randn(4, dtype=torch.double, device=SIM[0], requires_grad=True)
 
     def weighted_copies(a, b):
         copies = Broadcast.apply(devices, a, b)
-        return sum((i + 1) * c.sum() * c.sum() for i, c in enumerate(copies))
+        # Each copy lives on its own device: bring the terms home before summing.
+        return sum((i + 1) * (c.sum() * c.sum()).to(SIM[0]) for i, c in enumerate(copies))
 
     assert gradcheck(weighted_copies, (a, b))
     assert gradgradcheck(weighted_copies, (a, b))
@@ -135,28 +142,28 @@ def test_modules_that_override_the_shallow_copy_still_work():
     # nn.LSTM overrides _replicate_for_data_parallel to copy its list of weights.
     torch.manual_seed(0)
     lstm = nn.LSTM(3, 4, batch_first=True).double()
+    reference = copy.deepcopy(lstm)
     x = torch.randn(6, 5, 3, dtype=torch.double)
-    out, _ = lp.DataParallel(lstm, [0, 1, 2])(x)
+    out, _ = lp.DataParallel(lstm.to(SIM[0]), [0, 1, 2])(x)
     out.sum().backward()
-    grads = [p.grad.clone() for p in lstm.parameters()]
-    lstm.zero_grad()
-    expected, _ = lstm(x)
+    expected, _ = reference(x)
     expected.sum().backward()
-    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
-    for g, p in zip(grads, lstm.parameters()):
-        torch.testing.assert_close(g, p.grad, rtol=1e-10, atol=1e-12)
+    assert out.device == SIM[0]
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-10, atol=1e-12)
+    for p, q in zip(lstm.parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-10, atol=1e-12)
     replica = lp.replicate(lstm, [0, 1])[1]
     assert replica._flat_weights[0] is replica.weight_ih_l0
     assert lstm._flat_weights[0] is lstm.weight_ih_l0  # the original's list untouched
 
 
 def test_replicas_share_hooks_and_python_attributes():
-    net = nn.Linear(2, 2)
+    net = nn.Linear(2, 2).to(SIM[0])
     net.note = "kept"
     calls = []
     net.register_forward_hook(lambda module, args, out: calls.append(module))
     replicas = lp.replicate(net, [0, 1])
     assert all(r.note == "kept" for r in replicas)
-    for r in replicas:
-        r(torch.ones(1, 2))
+    for r, device in zip(replicas, SIM):
+        r(torch.ones(1, 2, device=device))
     assert calls == replicas

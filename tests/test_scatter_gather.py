@@ -32,7 +32,8 @@ def test_tensors_are_chunked_like_tensor_chunk(monkeypatch, batch, devices, expe
     monkeypatch.setenv("LEARN_PARALLEL_SIMULATED_DEVICES", str(devices))
     pieces = lp.scatter(torch.arange(batch), list(range(devices)))
     assert rows(pieces) == expected
-    assert torch.equal(torch.cat(pieces), torch.arange(batch))
+    assert [p.device for p in pieces] == [torch.device("sim", i) for i in range(len(pieces))]
+    assert torch.equal(torch.cat([p.cpu() for p in pieces]), torch.arange(batch))
 
 
 def test_scatter_along_another_dim():
@@ -53,10 +54,11 @@ def test_containers_are_rebuilt_per_device_and_other_objects_shared():
     assert len(per_device) == 2
     first = per_device[0]
     assert isinstance(first[0], list) and first[0][1] == "text"
-    assert torch.equal(first[1]["x"], torch.tensor([0, 10])) and first[1]["k"] == 3
+    assert torch.equal(first[1]["x"].cpu(), torch.tensor([0, 10])) and first[1]["k"] == 3
     assert isinstance(first[2], Pair) and first[2].b is marker
     assert isinstance(first[3], Batch) and first[3].label == "label"
-    assert torch.equal(per_device[1][3].x, torch.tensor([2, 3]))
+    assert torch.equal(per_device[1][3].x.cpu(), torch.tensor([2, 3]))
+    assert per_device[1][3].x.device == torch.device("sim", 1)
     assert isinstance(first[4], OrderedDict)
 
 

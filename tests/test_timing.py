@@ -28,7 +28,8 @@ STEP_PHASES = {
 
 def _train(dp: nn.Module, recorder: Recorder | None, steps: int = 2) -> None:
     optimizer = torch.optim.SGD(dp.parameters(), lr=0.1)
-    x, y = torch.randn(16, 8), torch.randn(16, 1)
+    # The batch may start on the host; the loss is taken where the output lands.
+    x, y = torch.randn(16, 8), torch.randn(16, 1, device=dp.output_device.torch_device)
     loop = recorder.steps(steps) if recorder else range(steps)
     for _ in loop:
         output = dp(x)
@@ -44,7 +45,8 @@ def _train(dp: nn.Module, recorder: Recorder | None, steps: int = 2) -> None:
 @pytest.fixture
 def dp() -> DataParallel:
     torch.manual_seed(0)
-    return DataParallel(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)))
+    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    return DataParallel(net.to(Device("sim", 0).torch_device))
 
 
 @pytest.fixture

@@ -7,12 +7,13 @@ on per-device batches gives the same gradients as one device seeing the whole
 batch. Equivalence runs in float64 with rtol=1e-10, atol=1e-12 (the only
 difference is the order of a few floating-point sums).
 
-On simulated devices every tensor lives on the CPU, so "on device i" can only
-be checked as the backing torch device; the GPU tests check the real one.
+Simulated devices are distinct torch devices (``sim:i``), so "on device i" is
+checked as on GPUs; models start on device_ids[0], references run on the CPU.
 """
 
 from __future__ import annotations
 
+import copy
 import pickle
 import threading
 import warnings
@@ -27,6 +28,7 @@ from learn_parallel import DataParallel, PerDeviceCollate, TupleParallel, device
 from learn_parallel.devices import Device
 
 TOL = {"rtol": 1e-10, "atol": 1e-12}
+SIM = [Device("sim", i).torch_device for i in range(4)]
 Pair = namedtuple("Pair", ["x", "y"])
 
 
@@ -85,14 +87,15 @@ def regression_batches(n: int, rows: int = 12) -> tuple[torch.Tensor, torch.Tens
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_batch_i_runs_on_replica_i_and_outputs_stay_per_device(n):
     model = Recorder()
-    tp = TupleParallel(model, device_ids=list(range(n)))
+    reference = copy.deepcopy(model.linear)
+    tp = TupleParallel(model.to(SIM[0]), device_ids=list(range(n)))
     x, _ = regression_batches(n)
     batches = split_batch(x, n)
     outputs = tp(batches)
     assert isinstance(outputs, tuple) and len(outputs) == n
-    for batch, output in zip(batches, outputs):
-        torch.testing.assert_close(output, model.linear(batch), **TOL)
-        assert output.device == Device("sim", 0).torch_device  # simulated: backed by the CPU
+    for i, (batch, output) in enumerate(zip(batches, outputs)):
+        assert output.device == SIM[i]  # left on the device that computed it
+        torch.testing.assert_close(output.cpu(), reference(batch), **TOL)
     # Each batch was seen once, and by the worker thread of its own device.
     seen = dict(model.seen)
     assert len(model.seen) == n
@@ -113,40 +116,44 @@ def test_nested_batches_and_custom_types_are_moved_whole():
     )
     outputs = tp(batches)
     assert [o["tag"] for o in outputs] == ["batch 0", "batch 1"]
-    torch.testing.assert_close(outputs[1]["sum"], torch.tensor([12.0, 13.0]))
+    assert outputs[1]["sum"].device == SIM[1]
+    torch.testing.assert_close(outputs[1]["sum"].cpu(), torch.tensor([12.0, 13.0]))
 
 
 def test_kwargs_are_shared_by_every_replica_and_get_gradients_from_all():
     model = Recorder()
-    tp = TupleParallel(model, device_ids=[0, 1, 2])
+    reference = copy.deepcopy(model.linear)
+    tp = TupleParallel(model.to(SIM[0]), device_ids=[0, 1, 2])
     x, _ = regression_batches(3)
     scale = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
     outputs = tp(split_batch(x, 3), scale=scale)
-    sum(o.sum() for o in outputs).backward()
+    sum(o.sum().cpu() for o in outputs).backward()  # each replica's sum, brought home
     grad = scale.grad.clone()
     scale.grad = None
-    (model.linear(x) * scale).sum().backward()
+    (reference(x) * scale).sum().backward()
     torch.testing.assert_close(grad, scale.grad, **TOL)
 
 
 def test_list_of_batches_is_accepted():
     x, _ = regression_batches(2)
-    outputs = TupleParallel(Recorder(), device_ids=[0, 1])(list(split_batch(x, 2)))
+    outputs = TupleParallel(Recorder().to(SIM[0]), device_ids=[0, 1])(list(split_batch(x, 2)))
     assert len(outputs) == 2
 
 
 def test_one_device_returns_a_one_element_tuple_without_worker_threads():
     model = Recorder()
-    tp = TupleParallel(model, device_ids=[0])
+    reference = copy.deepcopy(model.linear)
+    tp = TupleParallel(model.to(SIM[0]), device_ids=[0])
     x, _ = regression_batches(1)
     outputs = tp((x,))
     assert isinstance(outputs, tuple) and len(outputs) == 1
-    torch.testing.assert_close(outputs[0], model.linear(x), **TOL)
+    assert outputs[0].device == SIM[0]
+    torch.testing.assert_close(outputs[0].cpu(), reference(x), **TOL)
     assert model.seen[0][1] == threading.current_thread().name
 
 
 def test_default_device_ids_use_every_simulated_device():
-    tp = TupleParallel(Recorder())
+    tp = TupleParallel(Recorder().to(SIM[0]))
     x, _ = regression_batches(4)
     assert len(tp(split_batch(x, 4))) == 4
 
@@ -156,14 +163,14 @@ def test_default_device_ids_use_every_simulated_device():
 
 @pytest.mark.parametrize("n, given", [(2, 3), (3, 2), (4, 1)])
 def test_wrong_number_of_batches_names_both_counts(n, given):
-    tp = TupleParallel(Recorder(), device_ids=list(range(n)))
+    tp = TupleParallel(Recorder().to(SIM[0]), device_ids=list(range(n)))
     x, _ = regression_batches(n)
     with pytest.raises(ValueError, match=f"got {given} batches but runs on {n} devices"):
         tp(split_batch(x, given))
 
 
 def test_a_single_tensor_instead_of_a_tuple_is_refused_with_the_fix():
-    tp = TupleParallel(Recorder(), device_ids=[0, 1])
+    tp = TupleParallel(Recorder().to(SIM[0]), device_ids=[0, 1])
     x, _ = regression_batches(2)
     with pytest.raises(TypeError, match=r"expects a tuple of 2 batches.*got a Tensor.*Split"):
         tp(x)
@@ -172,16 +179,18 @@ def test_a_single_tensor_instead_of_a_tuple_is_refused_with_the_fix():
 
 
 def test_transfer_off_checks_placement_and_names_the_fix():
-    tp = TupleParallel(Recorder(), device_ids=[0, 1], transfer=False)
+    tp = TupleParallel(Recorder().to(SIM[0]), device_ids=[0, 1], transfer=False)
     x, _ = regression_batches(2)
-    # A meta tensor is the one kind of tensor a CPU-only machine can misplace.
-    wrong = (x[:6], {"x": torch.empty(6, 3, device="meta")})
-    with pytest.raises(
-        RuntimeError,
-        match=r"transfer=False\): batches\[1\]\['x'\] is on meta.*leave transfer=True",
-    ):
-        tp(wrong)
-    assert len(tp(split_batch(x, 2))) == 2  # correctly placed batches run
+    first = x[:6].to(SIM[0])
+    for where in ("meta", "cpu", "sim:0"):  # sim:0 exists, but batch 1 belongs on sim:1
+        wrong = (first, {"x": torch.empty(6, 3, dtype=torch.float64).to(where)})
+        with pytest.raises(
+            RuntimeError,
+            match=rf"transfer=False\): batches\[1\]\['x'\] is on {where}.*leave transfer=True",
+        ):
+            tp(wrong)
+    placed = tuple(b.to(d) for b, d in zip(split_batch(x, 2), SIM))
+    assert len(tp(placed)) == 2  # correctly placed batches run
 
 
 def test_module_off_the_source_device_is_refused():
@@ -280,7 +289,7 @@ def train_per_device(device_ids, features=5, length=50, batch_size=8, steps_log=
     model = SummedLoss(features)
     # device_type(), not torch.cuda: CPU tests run simulated even on a GPU box.
     on_gpu = device_type() == "cuda"
-    source = torch.device("cuda", device_ids[0]) if on_gpu else torch.device("cpu")
+    source = Device(device_type(), device_ids[0]).torch_device
     model.to(source)
     tp = TupleParallel(model, device_ids=device_ids)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

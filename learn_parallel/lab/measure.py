@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from learn_parallel import simulated
 from learn_parallel.data_parallel import DataParallel, check_on_source_device
 from learn_parallel.devices import (
     Device,
@@ -349,23 +350,34 @@ def tuple_vs_data_parallel(
 
 
 def peak_memory(
-    devices: Sequence[DeviceLike] | None = None, rows: int = 8192, classes: int = 32000
-) -> Measurement | None:
-    """TupleParallel and pitfalls chapters: peak GPU memory per device in one training step.
+    devices: Sequence[DeviceLike] | None = None,
+    rows: int | None = None,
+    classes: int | None = None,
+    width: int | None = None,
+) -> Measurement:
+    """TupleParallel and pitfalls chapters: peak memory per device in one training step.
 
     A classifier with a wide output (``classes`` logits per row): DataParallel
-    gathers every logit onto the first GPU for the loss, TupleParallel leaves
-    them where they were computed. Needs GPUs (simulated devices share the
-    host's memory, so there is nothing per device to read): returns None there.
+    gathers every logit onto the first device for the loss, TupleParallel leaves
+    them where they were computed. On GPUs the numbers are
+    ``torch.cuda.max_memory_allocated``; on simulated devices they are the bytes
+    of tensors living on each one (`learn_parallel.simulated`), which counts
+    the same tensors without the CUDA allocator's rounding and caching. The
+    default sizes are 8192 rows x 32000 classes from 1024 features on GPUs; on
+    simulated devices, where the CPU does every device's work, 4096 x 2000
+    from 128, which keeps the logits the largest tensors of the step.
     """
     devs = _devices(devices)
-    if devs[0].type != "cuda":
-        return None
+    on_gpus = devs[0].type == "cuda"
+    rows = rows or (8192 if on_gpus else 4096)
+    classes = classes or (32000 if on_gpus else 2000)
+    width = width or (1024 if on_gpus else 128)
+    memory = torch.cuda if on_gpus else simulated
     source = devs[0].torch_device
     ids = [d.index for d in devs]
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, classes)).to(source)
-    x = torch.randn(rows, 1024, device=source)
+    net = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, classes)).to(source)
+    x = torch.randn(rows, width, device=source)
     y = torch.randint(classes, (rows,), device=source)
     xs, ys = split_batch(x, len(devs)), split_batch(y, len(devs))
     ys = [part.to(d.torch_device) for part, d in zip(ys, devs)]
@@ -387,23 +399,25 @@ def peak_memory(
         step()  # warm up allocator and kernels
         net.zero_grad(set_to_none=True)
         synchronize(devs)
-        base = [torch.cuda.memory_allocated(d.index) for d in devs]
+        base = [memory.memory_allocated(d.index) for d in devs]
         for d in devs:
-            torch.cuda.reset_peak_memory_stats(d.index)
+            memory.reset_peak_memory_stats(d.index)
         step()
         synchronize(devs)
         series[name] = [
-            (torch.cuda.max_memory_allocated(d.index) - b) / 2**20 for d, b in zip(devs, base)
+            (memory.max_memory_allocated(d.index) - b) / 2**20 for d, b in zip(devs, base)
         ]
         net.zero_grad(set_to_none=True)
+    reader = "torch.cuda.max_memory_allocated" if on_gpus else "bytes of live tensors"
     return Measurement(
         "peak_memory",
-        f"Extra memory at the peak of one step: {rows} rows, {classes} logits each",
+        f"Extra memory at the peak of one step: {rows} rows, {classes} logits each"
+        + ("" if width == 1024 else f" (from {width} features)"),
         "device",
         "peak memory above the model (MiB)",
         [str(d) for d in devs],
         series,
-        hardware_label(devs).replace("CUDA events", "torch.cuda.max_memory_allocated"),
+        hardware_label(devs).replace("CUDA events", reader).replace("host clock", reader),
     )
 
 

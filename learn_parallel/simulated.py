@@ -1,0 +1,617 @@
+"""Simulated devices: ``sim:0``, ``sim:1`` ... that fail where GPUs fail.
+
+Without GPUs, every simulated device is backed by the CPU. What makes them
+*distinct* devices is a thin layer in pure Python:
+
+- PyTorch reserves one device type for out-of-tree backends (``PrivateUse1``).
+  We name it ``sim``, so ``torch.device("sim", 1)``, ``x.to("sim:1")`` and
+  ``module.to("sim:0")`` are ordinary PyTorch calls.
+- A tensor on ``sim:i`` is a `SimTensor`: a wrapper that reports device
+  ``sim:i`` and holds a plain CPU tensor. Every operation on it reaches
+  `SimTensor.__torch_dispatch__` *below* autograd, which checks that all its
+  tensors sit on one simulated device (or are CPU scalars, which CUDA also
+  accepts), runs the operation on the CPU tensors and wraps the results on
+  that device. Mixing ``sim:0`` and ``sim:1``, or ``sim:0`` and a CPU tensor,
+  raises the error a GPU raises.
+- Moving between devices (``to``, ``copy_``) always copies.
+- Each device has its own random generator, seeded by ``torch.manual_seed``
+  exactly as CUDA seeds every GPU: all with the same seed.
+- Each device counts the bytes of the tensors that live on it, with a peak
+  that can be reset (`memory_allocated`, `max_memory_allocated`).
+- ``torch.autocast("sim")`` applies CPU autocast's rules to the common
+  operations (matrix products, convolutions, ``linear``; losses in float32).
+
+What this does not model: bandwidth (a copy costs a CPU memcpy), kernel
+timing (every device computes on the same CPU cores, so their timings are
+host clocks), asynchronous execution and streams (every operation finishes
+before the next starts), device memory limits and the caching allocator.
+
+Nothing here is registered until simulated devices are first used
+(`enable`), so importing the package on a GPU machine changes nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+import weakref
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+NAME = "sim"
+
+
+def _device_count() -> int:
+    from learn_parallel.devices import device_count
+
+    return device_count()
+
+
+# --------------------------------------------------------------------------
+# Per-device random generators and memory counters
+# --------------------------------------------------------------------------
+
+_generators: dict[int, torch.Generator] = {}
+_seed: list[int] = []  # the last seed given to manual_seed_all, if any
+
+
+def generator(index: int) -> torch.Generator:
+    """The random generator of ``sim:index`` (created on first use)."""
+    gen = _generators.get(index)
+    if gen is None:
+        gen = torch.Generator()
+        # Like a GPU's default generator: the last manual_seed, else the CPU's initial seed.
+        gen.manual_seed(_seed[-1] if _seed else torch.initial_seed())
+        gen = _generators.setdefault(index, gen)
+    return gen
+
+
+class _Memory:
+    """Bytes of live tensor storage on each simulated device, and the peak since reset."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.allocated: dict[int, int] = {}
+        self.peak: dict[int, int] = {}
+        self.storages: dict[tuple[int, int], list[int]] = {}  # (index, ptr) -> [bytes, users]
+
+    def track(self, data: torch.Tensor, index: int) -> None:
+        storage = data.untyped_storage()
+        nbytes = storage.nbytes()
+        if nbytes == 0:
+            return
+        key = (index, storage.data_ptr())
+        with self.lock:
+            entry = self.storages.get(key)
+            if entry is None:
+                entry = self.storages[key] = [0, 0]
+            grown = nbytes - entry[0]
+            if grown > 0:  # new, or resized by an out= operation
+                entry[0] = nbytes
+                total = self.allocated.get(index, 0) + grown
+                self.allocated[index] = total
+                if total > self.peak.get(index, 0):
+                    self.peak[index] = total
+            entry[1] += 1
+        # On the CPU tensor, not the wrapper: module.to() swaps wrappers
+        # (torch.utils.swap_tensors), which refuses tensors with weak references.
+        weakref.finalize(data, self.release, key)
+
+    def release(self, key: tuple[int, int]) -> None:
+        with self.lock:
+            entry = self.storages[key]
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self.storages[key]
+                self.allocated[key[0]] -= entry[0]
+
+
+_memory = _Memory()
+
+
+def memory_allocated(index: int) -> int:
+    """Bytes of tensor storage that live on ``sim:index`` now."""
+    return _memory.allocated.get(index, 0)
+
+
+def max_memory_allocated(index: int) -> int:
+    """The most bytes ``sim:index`` held at once since the last reset."""
+    return _memory.peak.get(index, 0)
+
+
+def reset_peak_memory_stats(index: int) -> None:
+    """Start the peak of ``sim:index`` again from what it holds now."""
+    with _memory.lock:
+        _memory.peak[index] = _memory.allocated.get(index, 0)
+
+
+# --------------------------------------------------------------------------
+# The tensor that lives on a simulated device
+# --------------------------------------------------------------------------
+
+_aten = torch.ops.aten
+# In-place operations that change only a tensor's shape and strides.
+_METADATA_IN_PLACE = {
+    _aten.transpose_,
+    _aten.t_,
+    _aten.squeeze_,
+    _aten.unsqueeze_,
+    _aten.swapdims_,
+    _aten.swapaxes_,
+    _aten.as_strided_,
+}
+# Operations that move data between devices: their tensors may sit anywhere.
+_TRANSFERS = {_aten.copy_.default, _aten._to_copy.default, _aten._copy_from.default}
+_takes_generator: dict[Any, bool] = {}
+
+
+def _has_generator(func: Any) -> bool:
+    known = _takes_generator.get(func)
+    if known is None:
+        known = any(a.name == "generator" for a in func._schema.arguments)
+        _takes_generator[func] = known
+    return known
+
+
+class SimTensor(torch.Tensor):
+    """A tensor on simulated device ``sim:index``, backed by a CPU tensor (``_data``)."""
+
+    _data: torch.Tensor
+    _index: int
+
+    @staticmethod
+    def __new__(cls, data: torch.Tensor, index: int) -> SimTensor:
+        wrapper = torch.Tensor._make_wrapper_subclass(
+            cls,
+            data.size(),
+            strides=data.stride(),
+            storage_offset=data.storage_offset(),
+            dtype=data.dtype,
+            layout=data.layout,
+            device=torch.device(NAME, index),
+            requires_grad=data.requires_grad,
+        )
+        wrapper._data = data
+        wrapper._index = index
+        _memory.track(data, index)
+        return wrapper
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        # Above autograd, so a cast is recorded as on GPUs: autocast("sim")
+        # follows CPU autocast's rules for the operations listed below.
+        kwargs = kwargs or {}
+        if torch.is_autocast_enabled(NAME):
+            dtype = _AUTOCAST_TO.get(func)
+            if dtype is not None:
+                dtype = torch.get_autocast_dtype(NAME) if dtype == "low" else dtype
+                args, kwargs = _cast((args, kwargs), dtype)
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:
+        # Print as torch prints a CUDA tensor: tensor([...], device='sim:1').
+        text = super().__repr__(tensor_contents=tensor_contents)
+        name = type(self).__name__
+        return "tensor(" + text[len(name) + 1 :].replace("\n" + " " * (len(name) + 1), "\n       ")
+
+    def __format__(self, spec: str) -> str:
+        # torch formats only plain 0-dim tensors through .item(); printing needs it too.
+        if self.dim() == 0:
+            return self.item().__format__(spec)
+        return super().__format__(spec)
+
+    # A traceable wrapper subclass: module.to("sim:0") then swaps each parameter
+    # in place (as .data = ... does on GPUs), so tied weights stay one object.
+    def __tensor_flatten__(self) -> tuple[list[str], int]:
+        return ["_data"], self._index
+
+    @staticmethod
+    def __tensor_unflatten__(inner: dict, index: int, size: Any, stride: Any) -> SimTensor:
+        return SimTensor(inner["_data"], index)
+
+    def tolist(self) -> Any:  # torch refuses .tolist() on subclasses; printing needs it
+        return self._data.tolist()
+
+    def data_ptr(self) -> int:
+        return self._data.data_ptr()
+
+    def untyped_storage(self) -> torch.UntypedStorage:
+        return self._data.untyped_storage()
+
+    def __deepcopy__(self, memo: dict) -> SimTensor:
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            new = SimTensor(self._data.clone(), self._index)
+        new.requires_grad_(self.requires_grad)
+        if getattr(self, "_is_param", False):
+            new._is_param = True
+        if self.grad is not None:
+            new.grad = self.grad.__deepcopy__(memo)
+        memo[id(self)] = new
+        return new
+
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        return (_rebuild, (self._data.detach(), self._index, self.requires_grad))
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        # id(what the CPU sees) -> the argument, so in-place results come back as given.
+        given: dict[int, torch.Tensor] = {}
+        found: list[Any] = []  # every tensor's device: a sim index (int) or a torch.device
+        args = _unwrap(args, given, found)
+        kwargs = {k: _unwrap(v, given, found) for k, v in kwargs.items()}
+        here = next(d for d in found if type(d) is int)
+        if func not in _TRANSFERS:
+            other = next((d for d in found if d != here), None)
+            if other is not None:
+                raise RuntimeError(
+                    f"Expected all tensors to be on the same device, but found at least "
+                    f"two devices, {NAME}:{here} and {_name(other)}! (in {func.__name__}) "
+                    f"Move them to one device first, e.g. with .to('{NAME}:{here}')."
+                )
+        target: Any = here
+        if kwargs.get("device") is not None:
+            wanted = torch.device(kwargs["device"])
+            if wanted.type == NAME:
+                target = wanted.index or 0
+                kwargs["device"] = torch.device("cpu")  # computed on the CPU, then wrapped
+            else:
+                target = wanted
+        if _has_generator(func) and kwargs.get("generator") is None:
+            kwargs["generator"] = generator(here)
+        draw = _RANDOM_WITHOUT_GENERATOR.get(func.overloadpacket)
+        if draw is not None:  # random, but no generator argument to hand the device's in
+            out = draw(func, args, kwargs, generator(here))
+        else:
+            out = _ACCELERATOR_ONLY.get(func, func)(*args, **kwargs)
+        if "out" in kwargs:
+            for wrapper in [given[id(t)] for t in tree_flatten(kwargs["out"])[0]]:
+                if isinstance(wrapper, SimTensor) and wrapper.shape != wrapper._data.shape:
+                    raise RuntimeError(
+                        f"{func.__name__}: an out= tensor on a simulated device cannot be "
+                        f"resized; pass one of the result's shape, or drop out=."
+                    )
+        if func.overloadpacket in _METADATA_IN_PLACE:
+            # transpose_ and friends changed the CPU tensor's shape: give the wrapper
+            # the same shape (these only touch metadata, so they run on it as well).
+            with torch._C._DisableTorchDispatch():
+                func(given[id(args[0])], *args[1:], **kwargs)
+        return _wrap(out, given, target if type(target) is int else None)
+
+
+def _name(device: Any) -> str:
+    return f"{NAME}:{device}" if type(device) is int else str(device)
+
+
+def _unwrap(x: Any, given: dict, found: list) -> Any:
+    """``x`` with every SimTensor replaced by its CPU tensor (through lists and tuples)."""
+    if isinstance(x, SimTensor):
+        given[id(x._data)] = x
+        found.append(x._index)
+        return x._data
+    if isinstance(x, torch.Tensor):
+        given[id(x)] = x
+        if x.dim() > 0:  # CPU scalars (0-dim) may join, as on CUDA
+            found.append(x.device)
+        return x
+    if type(x) is list or type(x) is tuple:
+        return type(x)(_unwrap(v, given, found) for v in x)
+    return x
+
+
+def _wrap(x: Any, given: dict, index: int | None) -> Any:
+    """CPU results put on ``sim:index`` (left as they are for index None)."""
+    if isinstance(x, torch.Tensor):
+        same = given.get(id(x))  # an in-place operation returns its argument
+        if same is not None:
+            return same
+        return x if index is None else SimTensor(x, index)
+    if type(x) is list or type(x) is tuple:
+        return type(x)(_wrap(v, given, index) for v in x)
+    return x
+
+
+# Autocast on simulated devices: CPU autocast's lists, for the common operations.
+_F = torch.nn.functional
+_LOW = [torch.matmul, torch.mm, torch.bmm, torch.addmm, torch.baddbmm, torch.addbmm, _F.linear]
+_LOW += [torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.mm, torch.Tensor.bmm]
+_LOW += [_F.conv1d, _F.conv2d, _F.conv3d, _F.conv_transpose1d, _F.conv_transpose2d]
+_LOW += [_F.conv_transpose3d, _F.prelu, _F.scaled_dot_product_attention]
+_FP32 = [_F.mse_loss, _F.cross_entropy, _F.nll_loss, _F.l1_loss, _F.smooth_l1_loss]
+_FP32 += [_F.huber_loss, _F.kl_div, _F.binary_cross_entropy, _F.binary_cross_entropy_with_logits]
+_AUTOCAST_TO: dict[Any, Any] = {f: "low" for f in _LOW} | {f: torch.float32 for f in _FP32}
+
+
+def _cast(value: Any, dtype: torch.dtype) -> Any:
+    if isinstance(value, SimTensor) and value.is_floating_point() and value.dtype != dtype:
+        return value.to(dtype)
+    if type(value) is list or type(value) is tuple:
+        return type(value)(_cast(v, dtype) for v in value)
+    if type(value) is dict:
+        return {k: _cast(v, dtype) for k, v in value.items()}
+    return value
+
+
+# Random operations without a ``generator`` argument, redone (as the CPU does
+# them) with one: each takes (func, args, kwargs, generator).
+def _dropout(func, args, kwargs, gen):
+    input, p, train = (list(args) + [kwargs.get("p"), kwargs.get("train")])[:3]
+    if not train or p == 0:
+        return input.clone(), torch.ones_like(input, dtype=torch.bool)
+    if p == 1:
+        return torch.zeros_like(input), torch.zeros_like(input, dtype=torch.bool)
+    mask = torch.empty_like(input, dtype=torch.bool).bernoulli_(1 - p, generator=gen)
+    return input * mask * (1.0 / (1 - p)), mask
+
+
+def _like(fill):
+    def draw(func, args, kwargs, gen):
+        self, *rest = args
+        options = {k: kwargs[k] for k in ("dtype", "memory_format") if kwargs.get(k) is not None}
+        return fill(torch.empty_like(self, **options), rest, gen)
+
+    return draw
+
+
+def _lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    """``_thnn_fused_lstm_cell``, the cell PyTorch's LSTM uses on accelerators (no CPU kernel)."""
+    gates = input_gates + hidden_gates
+    if input_bias is not None:
+        gates = gates + input_bias + hidden_bias
+    i, f, g, o = gates.chunk(4, 1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    cy = f * cx + i * g
+    return o * cy.tanh(), cy, torch.cat([i, f, g, o], 1)
+
+
+def _lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
+    i, f, g, o = workspace.chunk(4, 1)
+    tanh_cy = cy.tanh()
+    grad_hy = torch.zeros_like(cy) if grad_hy is None else grad_hy
+    grad_c = grad_hy * o * (1 - tanh_cy * tanh_cy)
+    if grad_cy is not None:
+        grad_c = grad_c + grad_cy
+    grad_gates = torch.cat(
+        [
+            grad_c * g * i * (1 - i),
+            grad_c * cx * f * (1 - f),
+            grad_c * i * (1 - g * g),
+            grad_hy * tanh_cy * o * (1 - o),
+        ],
+        1,
+    )
+    return grad_gates, grad_c * f, grad_gates.sum(0) if has_bias else None
+
+
+def _gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    """``_thnn_fused_gru_cell``, the cell PyTorch's GRU uses on accelerators."""
+    if input_bias is not None:
+        input_gates, hidden_gates = input_gates + input_bias, hidden_gates + hidden_bias
+    i_r, i_z, i_n = input_gates.chunk(3, 1)
+    h_r, h_z, h_n = hidden_gates.chunk(3, 1)
+    r, z = (i_r + h_r).sigmoid(), (i_z + h_z).sigmoid()
+    n = (i_n + r * h_n).tanh()
+    return n + z * (hx - n), torch.cat([r, z, n, h_n, hx], 1)
+
+
+def _gru_cell_backward(grad_hy, workspace, has_bias):
+    r, z, n, h_n, hx = workspace.chunk(5, 1)
+    grad_z = grad_hy * (hx - n) * z * (1 - z)
+    grad_n = grad_hy * (1 - z) * (1 - n * n)
+    grad_r = grad_n * h_n * r * (1 - r)
+    grad_input = torch.cat([grad_r, grad_z, grad_n], 1)
+    grad_hidden = torch.cat([grad_r, grad_z, grad_n * r], 1)
+    biases = (grad_input.sum(0), grad_hidden.sum(0)) if has_bias else (None, None)
+    return grad_input, grad_hidden, grad_hy * z, *biases
+
+
+# Accelerator-only operations, written out for the CPU tensors behind simulated ones.
+_ACCELERATOR_ONLY = {
+    _aten._thnn_fused_gru_cell.default: _gru_cell,
+    _aten._thnn_fused_gru_cell_backward.default: _gru_cell_backward,
+    _aten._thnn_fused_lstm_cell.default: _lstm_cell,
+    _aten._thnn_fused_lstm_cell_backward_impl.default: _lstm_cell_backward,
+}
+
+_RANDOM_WITHOUT_GENERATOR = {
+    _aten.native_dropout: _dropout,
+    _aten.randn_like: _like(lambda t, rest, gen: t.normal_(generator=gen)),
+    _aten.rand_like: _like(lambda t, rest, gen: t.uniform_(generator=gen)),
+    _aten.randint_like: _like(
+        lambda t, rest, gen: t.random_(*(int(r) for r in rest), generator=gen)
+    ),
+}
+
+
+def _rebuild(data: torch.Tensor, index: int, requires_grad: bool) -> SimTensor:
+    enable()
+    return SimTensor(data, index).requires_grad_(requires_grad)
+
+
+# --------------------------------------------------------------------------
+# Kernels for the sim device type: tensors *created* on a simulated device
+# --------------------------------------------------------------------------
+
+
+def _index_of(device: torch.device | None) -> int:
+    index = 0 if device is None or device.index is None else device.index
+    count = _device_count()
+    if not 0 <= index < count:
+        raise RuntimeError(
+            f"Simulated device {NAME}:{index} does not exist: there are {count} "
+            f"(ids 0 to {count - 1}). Set LEARN_PARALLEL_SIMULATED_DEVICES to simulate more."
+        )
+    return index
+
+
+def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    data = torch.empty(size, dtype=dtype, layout=layout, memory_format=memory_format)
+    return SimTensor(data, _index_of(device))
+
+
+def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return SimTensor(
+        torch.empty_strided(size, stride, dtype=dtype, layout=layout), _index_of(device)
+    )
+
+
+def _factory(op):
+    """A kernel that builds the tensor on the CPU and puts it on the simulated device."""
+
+    def kernel(*args, **kwargs):
+        index = _index_of(kwargs.pop("device", None))
+        kwargs.pop("pin_memory", None)
+        return SimTensor(op(*args, **kwargs), index)
+
+    return kernel
+
+
+# Factories whose generic kernel resizes an empty tensor in place, which a
+# wrapper cannot follow: these get kernels of their own.
+_FACTORIES = ["arange", "arange.start", "arange.start_step", "linspace", "logspace", "eye", "eye.m"]
+
+
+def _pin_memory(self: torch.Tensor, device: torch.device | None = None) -> torch.Tensor:
+    # DataLoader(pin_memory=True) pins for the current accelerator, now sim;
+    # host memory is all one kind here, so a pinned copy is a plain copy.
+    return self.clone()
+
+
+def _copy_from(self: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False):
+    source = self._data if isinstance(self, SimTensor) else self
+    dst._data.copy_(source)
+    return dst
+
+
+# --------------------------------------------------------------------------
+# The device module: torch.sim.device_count(), torch.sim.manual_seed_all() ...
+# --------------------------------------------------------------------------
+
+
+class _DeviceModule:
+    """What PyTorch asks a backend for (``torch.sim``), answered for simulated devices."""
+
+    _current = threading.local()
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def device_count() -> int:
+        return _device_count()
+
+    @classmethod
+    def current_device(cls) -> int:
+        return getattr(cls._current, "index", 0)
+
+    @classmethod
+    def set_device(cls, index: int) -> None:
+        cls._current.index = _index_of(torch.device(NAME, index))
+
+    @staticmethod
+    def manual_seed(seed: int) -> None:
+        generator(_DeviceModule.current_device()).manual_seed(int(seed))
+
+    @staticmethod
+    def manual_seed_all(seed: int) -> None:
+        # As CUDA does: every device's generator gets the same seed.
+        _seed[:] = [int(seed)]
+        for gen in _generators.values():
+            gen.manual_seed(int(seed))
+
+    @staticmethod
+    def get_amp_supported_dtype() -> list[torch.dtype]:
+        return [torch.bfloat16, torch.float16]
+
+    @staticmethod
+    def synchronize(device: Any = None) -> None:
+        """Nothing to wait for: every simulated operation has finished when it returns."""
+
+    memory_allocated = staticmethod(memory_allocated)
+    max_memory_allocated = staticmethod(max_memory_allocated)
+    reset_peak_memory_stats = staticmethod(reset_peak_memory_stats)
+
+
+# --------------------------------------------------------------------------
+# Registration, once, the first time simulated devices are used
+# --------------------------------------------------------------------------
+
+_enabled = threading.Lock()
+_library: list[torch.library.Library] = []
+
+
+def enable() -> None:
+    """Register the ``sim`` device type with PyTorch (idempotent, cheap after the first call)."""
+    if _library:
+        return
+    with _enabled:
+        if _library:
+            return
+        try:  # added in torch 2.9: a device type implemented in Python
+            from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+        except ImportError:
+            raise RuntimeError(
+                f"Simulated devices need torch 2.9 or newer (this is torch "
+                f"{torch.__version__}): upgrade torch, or run on GPUs."
+            ) from None
+
+        current = torch._C._get_privateuse1_backend_name()
+        if current not in ("privateuseone", NAME):
+            raise RuntimeError(
+                f"Cannot simulate devices: PyTorch's extra device type is already "
+                f"taken by {current!r} in this process."
+            )
+        if current != NAME:
+            _setup_privateuseone_for_python_backend(NAME, backend_module=_DeviceModule())
+        library = torch.library.Library("aten", "IMPL")
+        library.impl("empty.memory_format", _empty, "PrivateUse1")
+        library.impl("empty_strided", _empty_strided, "PrivateUse1")
+        library.impl("_copy_from", _copy_from, "PrivateUse1")
+        with warnings.catch_warnings():  # replacing the CPU kernel is the point
+            warnings.simplefilter("ignore")
+            library.impl("_pin_memory", _pin_memory, "CPU")
+        for name in _FACTORIES:
+            packet, _, overload = name.partition(".")
+            op = getattr(getattr(_aten, packet), overload or "default")
+            library.impl(name, _factory(op), "PrivateUse1")
+        # Autocast is applied in SimTensor.__torch_function__; the dispatcher's
+        # autocast step for this device type has nothing left to do.
+        autocast = torch.library.Library("_", "IMPL")
+        autocast.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
+        _patch_backward()
+        _library.extend([library, autocast])
+
+
+def _patch_backward() -> None:
+    """Run backward passes on the calling thread.
+
+    PyTorch's autograd engine gives every device index of an accelerator its
+    own worker thread, sized by the number of devices the backend reports; a
+    backend registered from Python reports one. Turning the engine's
+    per-device threads off for a backward pass (`set_multithreading_enabled`)
+    runs it on the calling thread instead, which is where CPU work runs anyway.
+    """
+    import torch.autograd.graph as graph
+
+    original = graph._engine_run_backward
+
+    def run_backward(*args: Any, **kwargs: Any) -> Any:
+        with torch.autograd.set_multithreading_enabled(False):
+            return original(*args, **kwargs)
+
+    graph._engine_run_backward = run_backward
+    torch.autograd._engine_run_backward = run_backward
