@@ -252,9 +252,9 @@ def dp_run(workload: Workload, world: int, config: dict[str, Any]) -> dict[str, 
 
 
 def _source() -> torch.device:
-    from learn_parallel.devices import device_type
+    from learn_parallel.devices import Device, device_type
 
-    return torch.device("cuda", 0) if device_type() == "cuda" else torch.device("cpu")
+    return Device(device_type(), 0).torch_device  # cuda:0, or sim:0 without GPUs
 
 
 # [compare]
