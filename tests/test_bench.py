@@ -151,6 +151,6 @@ def test_simulate_on_a_gpu_host_benchmarks_simulated_devices(monkeypatch, tmp_pa
         ("torch_dp", 2): "not applicable",
     }, report["results"]
     assert report["meta"]["hardware"]["label"] == "4 simulated CPU devices"
-    assert built and all(next(m.parameters()).device.type == "cpu" for m in built)
+    assert built and all(next(m.parameters()).device.type == "sim" for m in built)
     rows = {row for t in report["timelines"] for row in Timeline.from_dict(t["timeline"]).devices()}
     assert rows == {"sim:0", "sim:1"}
