@@ -66,11 +66,13 @@ def autograd_graph(output: torch.Tensor) -> tuple[dict[int, str], list[tuple[int
     """
     nodes: dict[int, str] = {}
     edges: list[tuple[int, int]] = []
+    alive: list[Any] = []  # ids name nodes only while the nodes live: keep every one alive
     stack = [output.grad_fn]
     while stack:
         node = stack.pop()
         if node is None or id(node) in nodes:
             continue
+        alive.append(node)
         name = type(node).__name__
         if hasattr(node, "variable"):
             name = f"AccumulateGrad\n{tuple(node.variable.shape)}"
@@ -86,9 +88,11 @@ def plot_autograd_graph(output: torch.Tensor, title: str, ax: Any = None) -> Fig
     """Draw the graph behind ``output``: the output on top, leaves at the bottom."""
     nodes, edges = autograd_graph(output)
     depth = {id(output.grad_fn): 0}
-    changed = True
+    changed, rounds = True, 0
     while changed:  # longest distance from the output: every edge points one level down
-        changed = False
+        changed, rounds = False, rounds + 1
+        if rounds > len(nodes) + 1:  # a DAG settles within len(nodes) rounds
+            raise RuntimeError(f"the graph behind {title!r} has a cycle; cannot draw it")
         for parent, child in edges:
             if parent in depth and depth.get(child, -1) < depth[parent] + 1:
                 depth[child] = depth[parent] + 1
