@@ -144,6 +144,14 @@ _METADATA_IN_PLACE = {
 }
 # Operations that move data between devices: their tensors may sit anywhere.
 _TRANSFERS = {_aten.copy_.default, _aten._to_copy.default, _aten._copy_from.default}
+# Operations whose CUDA kernels take (or give) one tensor on the CPU by design: the
+# lengths or batch sizes of a packed sequence. Position of that argument / result.
+_CPU_ARGUMENT = {
+    _aten._pack_padded_sequence.default: 1,
+    _aten._pad_packed_sequence.default: 1,
+    _aten._pack_padded_sequence_backward.default: 2,
+}
+_CPU_RESULT = {_aten._pack_padded_sequence.default: 1}
 _takes_generator: dict[Any, bool] = {}
 
 
@@ -243,7 +251,13 @@ class SimTensor(torch.Tensor):
         # id(what the CPU sees) -> the argument, so in-place results come back as given.
         given: dict[int, torch.Tensor] = {}
         found: list[Any] = []  # every tensor's device: a sim index (int) or a torch.device
+        cpu_at = _CPU_ARGUMENT.get(func)
+        on_cpu = args[cpu_at] if cpu_at is not None and len(args) > cpu_at else None
+        if isinstance(on_cpu, torch.Tensor) and not isinstance(on_cpu, SimTensor):
+            args = (*args[:cpu_at], None, *args[cpu_at + 1 :])  # not checked against the rest
         args = _unwrap(args, given, found)
+        if isinstance(on_cpu, torch.Tensor) and not isinstance(on_cpu, SimTensor):
+            args = (*args[:cpu_at], on_cpu, *args[cpu_at + 1 :])
         kwargs = {k: _unwrap(v, given, found) for k, v in kwargs.items()}
         here = next(d for d in found if type(d) is int)
         if func not in _TRANSFERS:
@@ -281,7 +295,11 @@ class SimTensor(torch.Tensor):
             # the same shape (these only touch metadata, so they run on it as well).
             with torch._C._DisableTorchDispatch():
                 func(given[id(args[0])], *args[1:], **kwargs)
-        return _wrap(out, given, target if type(target) is int else None)
+        result = _wrap(out, given, target if type(target) is int else None)
+        stays = _CPU_RESULT.get(func)
+        if stays is not None:  # e.g. batch_sizes: on the CPU, as CUDA gives it
+            result = (*result[:stays], out[stays], *result[stays + 1 :])
+        return result
 
 
 def _name(device: Any) -> str:

@@ -22,6 +22,7 @@ from learn_parallel.devices import Device
 from learn_parallel.replicate import Broadcast, copy_to_devices
 
 pa = importlib.import_module("learn_parallel.parallel_apply")  # the module, not the function
+SOURCE = lp.Device("sim", 0).torch_device  # device_ids[0]: models live there, outputs land there
 
 
 class Add(nn.Module):
@@ -65,13 +66,14 @@ def test_tensors_of_different_sizes_in_one_call_are_refused():
 def test_equal_sizes_shared_scalars_and_plain_values_still_scatter():
     dp = lp.DataParallel(Add(), [0, 1, 2, 3])
     a = torch.randn(8, 2, dtype=torch.double)
-    torch.testing.assert_close(dp(a, a), a + a)
-    torch.testing.assert_close(dp(a, torch.tensor(2.0, dtype=torch.double)), a + 2)
-    torch.testing.assert_close(dp(a, 3.0), a + 3)
+    # The outputs are gathered on device_ids[0], so the expectations are moved there.
+    torch.testing.assert_close(dp(a, a), (a + a).to(SOURCE))
+    torch.testing.assert_close(dp(a, torch.tensor(2.0, dtype=torch.double)), (a + 2).to(SOURCE))
+    torch.testing.assert_close(dp(a, 3.0), (a + 3).to(SOURCE))
     # Sizes are compared along the scatter dim only.
     dp1 = lp.DataParallel(SumRows(), [0, 1], dim=1)
     a, b = torch.randn(3, 4), torch.randn(5, 4)
-    torch.testing.assert_close(dp1(a, b), SumRows()(a, b))
+    torch.testing.assert_close(dp1(a, b), SumRows()(a, b).to(SOURCE))
 
 
 class SumRows(nn.Module):
@@ -117,9 +119,9 @@ class PackInside(nn.Module):
 
 def test_padded_tensors_and_lengths_match_one_device():
     padded, lengths, _ = packed_batch()
-    net = PackInside().double()
-    padded = padded.double().requires_grad_()
-    expected = net(padded, lengths)
+    net = PackInside().double().to(SOURCE)
+    padded = padded.double().to(SOURCE).requires_grad_()
+    expected = net(padded, lengths)  # one device: sim:0
     expected.square().sum().backward()
     want_grads = [p.grad.clone() for p in net.parameters()]
     net.zero_grad()
@@ -141,13 +143,15 @@ class HandsOff(nn.Module):
         self.inner = nn.Linear(2, 2)
 
     def forward(self, x):
+        # The replica's parameters sit on its own device, so that device comes first.
+        here = x.device.index
         with ThreadPoolExecutor(1) as pool:
-            return pool.submit(lp.data_parallel, self.inner, x, [0, 1]).result(timeout=10)
+            return pool.submit(lp.data_parallel, self.inner, x, [here, 1 - here]).result(timeout=10)
 
 
 def test_data_parallel_from_a_helper_thread_of_a_replica_completes():
-    net = HandsOff()
-    x = torch.randn(8, 2)
+    net = HandsOff().to(SOURCE)
+    x = torch.randn(8, 2, device=SOURCE)
     output = run_in_thread(lambda: lp.DataParallel(net, [0, 1])(x))
     torch.testing.assert_close(output, net.inner(x))
     # ... and the devices' workers still serve later calls.
@@ -266,7 +270,7 @@ def test_a_failed_step_frees_model_and_inputs_without_the_garbage_collector():
     gc.collect()
     gc.disable()  # only reference counting may free them
     try:
-        net = FailsAfterLinear()
+        net = FailsAfterLinear().to(SOURCE)
         x = torch.randn(6, 3)
         dp = lp.DataParallel(net, [0, 1, 2])
         model_alive, input_alive = weakref.ref(net), weakref.ref(x)
@@ -315,8 +319,8 @@ def test_saved_tensor_hooks_of_the_caller_apply_inside_replicas():
         packed_by.append(threading.current_thread().name)
         return tensor
 
-    net = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1)).double()
-    x = torch.randn(8, 3, dtype=torch.double)
+    net = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1)).double().to(SOURCE)
+    x = torch.randn(8, 3, dtype=torch.double, device=SOURCE)
     net(x).sum().backward()
     want = [p.grad.clone() for p in net.parameters()]
     net.zero_grad()
@@ -330,7 +334,7 @@ def test_saved_tensor_hooks_of_the_caller_apply_inside_replicas():
 
 
 def test_save_on_cpu_around_a_step_gives_the_same_gradients():
-    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1)).double()
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1)).double().to(SOURCE)
     x = torch.randn(8, 3, dtype=torch.double)
     lp.DataParallel(net, [0, 1, 2, 3])(x).sum().backward()
     want = [p.grad.clone() for p in net.parameters()]

@@ -29,6 +29,7 @@ class CountingSequential(nn.Sequential):
 
 def test_a_training_step_resolves_no_device_and_walks_the_module_once():
     net = CountingSequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
+    net.to(lp.Device("sim", 0).torch_device)  # device_ids[0]
     dp = lp.DataParallel(net, [0, 1, 2, 3])
     x = torch.randn(8, 3)
     dp(x).sum().backward()  # the first step may start the workers

@@ -39,7 +39,7 @@ TASKS = [
         "scatter_gather.py",
         "Scatter.forward",
         "split `tensor` along `dim` (chunk, or split by `sizes`) and send piece i to "
-        "devices[i].torch_device; remember what backward needs in ctx",
+        "devices[i] (a torch.device); remember what backward needs in ctx",
     ),
     Task(
         "task_gather",
@@ -58,9 +58,10 @@ TASKS = [
     Task(
         "task_worker",
         "parallel_apply.py",
-        "_Job.run",
-        "run self.call(), keep its result, or the failure as (type, formatted traceback); "
-        "always drop self.call and set self.done, whatever happens",
+        "_Job.execute",
+        "run self.call() and keep its result, or the exception it raised (never raise: "
+        "the worker thread would die), with traceback.clear_frames on its traceback so "
+        "the failed call's locals are freed; always drop self.call, whatever happens",
     ),
 ]
 

@@ -366,9 +366,16 @@ def train_step(
 
 
 def measure_in_process(
-    implementation: str, group: Group, count: int, settings: Settings
+    implementation: str,
+    group: Group,
+    count: int,
+    settings: Settings,
+    parameters: dict[str, int] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Time one implementation on ``count`` devices in this process; maybe record a timeline."""
+    """Time one implementation on ``count`` devices in this process; maybe record a timeline.
+
+    ``parameters``, if given, receives the trained model's parameter count under the group's key.
+    """
     row = _row(group, implementation, count)
     if implementation == "torch_dp" and not on_gpus():
         row.update(status="not applicable", note=TORCH_DP_ON_CPU)
@@ -381,7 +388,11 @@ def measure_in_process(
             f"{settings.trace.stem}-{group.key}-{implementation}-{count}.json"
         )
     try:
-        times, timeline = _train_and_time(implementation, group.workload, count, settings, trace)
+        times, timeline, size = _train_and_time(
+            implementation, group.workload, count, settings, trace
+        )
+        if parameters is not None:
+            parameters[group.key] = size
         row.update(_summary(times, group.workload.batch))
         if trace is not None:
             row["trace"] = trace.name
@@ -400,7 +411,7 @@ def _train_and_time(
     count: int,
     settings: Settings,
     trace: Path | None = None,
-) -> tuple[list[float], dict[str, Any] | None]:
+) -> tuple[list[float], dict[str, Any] | None, int]:
     devices = resolve_device_ids(list(range(count)))
     source = devices[0].torch_device
     model = build_model(workload, settings.seed).to(source)
@@ -438,7 +449,7 @@ def _train_and_time(
         with chrome_trace(trace):
             for _ in range(2):
                 step()
-    return times, timeline
+    return times, timeline, parameter_count(model)
 
 
 def _row(group: Group, implementation: str, count: int) -> dict[str, Any]:
@@ -586,10 +597,11 @@ def run(settings: Settings, command_line: str = "") -> dict[str, Any]:
     ddp_counts = settings.devices if "ddp" in settings.implementations else []
     progress = _Progress(len(tasks) + len(ddp_counts), settings.progress)
     results, timelines = [], []
+    parameters: dict[str, int] = {}  # group key -> parameter count of the model it trained
     started = time.perf_counter()
     for impl, group, n in tasks:
         progress.start(f"{group.key} {impl} {1 if impl == 'single' else n} dev")
-        row, timeline = measure_in_process(impl, group, n, settings)
+        row, timeline = measure_in_process(impl, group, n, settings, parameters)
         results.append(row)
         if timeline is not None:
             timelines.append(
@@ -612,7 +624,7 @@ def run(settings: Settings, command_line: str = "") -> dict[str, Any]:
                 "title": g.title(),
                 "workload": g.workload.to_dict(),
                 "cudnn_benchmark": g.cudnn_benchmark,
-                "parameters": parameter_count(build_model(g.workload, settings.seed)),
+                "parameters": parameters.get(g.key) or _count_on_meta(g.workload, settings.seed),
             }
             for g in groups
         ],  # fmt: skip
@@ -624,6 +636,15 @@ def run(settings: Settings, command_line: str = "") -> dict[str, Any]:
         report["plots"] = write_plots(report, settings.out)
     (settings.out / "bench.json").write_text(json.dumps(report, indent=1))
     return report
+
+
+def _count_on_meta(workload: Workload, seed: int) -> int:
+    """The parameter count of a workload no in-process run trained (say, DDP only).
+
+    Built on the meta device: shapes without memory, and nothing to copy anywhere.
+    """
+    with torch.device("meta"):
+        return parameter_count(build_model(workload, seed))
 
 
 def _git_commit() -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ task: the worker's tests run parallel_apply in a thread with a time limit.
 from __future__ import annotations
 
 import threading
+import weakref
 
 import pytest
 import torch
@@ -34,7 +35,7 @@ def _devices(n: int | None = None):
 def test_scatter_splits_like_chunk_and_places_pieces(rows):
     devices = _devices()
     x = torch.arange(rows * 2, dtype=torch.float64).reshape(rows, 2)
-    pieces = Scatter.apply(devices, None, 0, x)
+    pieces = Scatter.apply([d.torch_device for d in devices], None, 0, x)
     expected = x.chunk(len(devices))
     assert len(pieces) == len(expected)
     for piece, want, device in zip(pieces, expected, devices):
@@ -46,7 +47,7 @@ def test_scatter_splits_like_chunk_and_places_pieces(rows):
 def test_scatter_by_sizes_and_along_dim_1():
     devices = _devices(2)
     x = torch.arange(12.0).reshape(2, 6)
-    pieces = Scatter.apply(devices, [4, 2], 1, x)
+    pieces = Scatter.apply([d.torch_device for d in devices], [4, 2], 1, x)
     assert [tuple(p.shape) for p in pieces] == [(2, 4), (2, 2)]
     assert torch.equal(torch.cat([p.cpu() for p in pieces], 1), x)
 
@@ -104,13 +105,14 @@ def test_gather_of_nested_outputs():
 @pytest.mark.task_broadcast
 def test_broadcast_gives_every_device_its_own_copy():
     devices = _devices()
-    w = torch.randn(3, 2, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(2, dtype=torch.float64, requires_grad=True)
+    source = devices[0].torch_device  # parameters live on the first device
+    w = torch.randn(3, 2, dtype=torch.float64, device=source, requires_grad=True)
+    b = torch.randn(2, dtype=torch.float64, device=source, requires_grad=True)
     copies = Broadcast.apply(devices, w, b)
     assert len(copies) == 2 * len(devices)
     for d, device in enumerate(devices):
         cw, cb = copies[2 * d], copies[2 * d + 1]
-        assert torch.equal(cw.cpu(), w.detach()) and torch.equal(cb.cpu(), b.detach())
+        assert torch.equal(cw.cpu(), w.detach().cpu()) and torch.equal(cb.cpu(), b.detach().cpu())
         assert cw.device == device.torch_device
         if d > 0:
             assert cw.data_ptr() != w.data_ptr(), "device d > 0 needs a copy of its own"
@@ -119,11 +121,12 @@ def test_broadcast_gives_every_device_its_own_copy():
 @pytest.mark.task_broadcast
 def test_broadcast_sums_gradients_back():
     devices = _devices()
-    w = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, dtype=torch.float64, device=devices[0].torch_device, requires_grad=True)
     copies = Broadcast.apply(devices, w)
     sum((c * (i + 1)).sum().to(w.device) for i, c in enumerate(copies)).backward()
     total = sum(range(1, len(devices) + 1))
-    assert torch.equal(w.grad, torch.full((4,), float(total), dtype=torch.float64))
+    assert w.grad.device == w.device
+    assert torch.equal(w.grad.cpu(), torch.full((4,), float(total), dtype=torch.float64))
 
 
 @pytest.mark.task_broadcast
@@ -150,14 +153,24 @@ def test_job_keeps_the_result_and_signals_done():
 
 @pytest.mark.task_worker
 def test_job_keeps_the_failure_instead_of_raising():
+    class Activation:
+        pass
+
+    kept = []
+
     def broken():
+        activation = Activation()  # a local of the failed call, like a replica's activations
+        kept.append(weakref.ref(activation))
         raise KeyError("zebra")
 
     job = _Job(broken)
     job.run()  # must not raise: the worker thread would die
-    assert job.done.is_set() and job.call is None
-    error_type, text = job.failure
-    assert error_type is KeyError and "zebra" in text and "Traceback" in text
+    assert job.done.is_set() and job.call is None and job.result is None
+    # The exception object itself, to raise again in the caller, with its traceback...
+    assert isinstance(job.failure, KeyError) and "zebra" in str(job.failure)
+    assert job.failure.__traceback__ is not None
+    # ... whose frames no longer hold the failed call's locals.
+    assert kept[0]() is None, "the kept traceback's frames keep the call's locals alive"
 
 
 def _with_time_limit(function, seconds=10.0):
