@@ -155,6 +155,10 @@ def _has_generator(func: Any) -> bool:
     return known
 
 
+# How ``tensor.data = other`` reaches __torch_function__.
+_SET_DATA = torch._C.TensorBase.data.__set__
+
+
 class SimTensor(torch.Tensor):
     """A tensor on simulated device ``sim:index``, backed by a CPU tensor (``_data``)."""
 
@@ -189,7 +193,12 @@ class SimTensor(torch.Tensor):
                 dtype = torch.get_autocast_dtype(NAME) if dtype == "low" else dtype
                 args, kwargs = _cast((args, kwargs), dtype)
         with torch._C.DisableTorchFunctionSubclass():
-            return func(*args, **kwargs)
+            result = func(*args, **kwargs)
+        if func == _SET_DATA and isinstance(args[1], SimTensor):  # `==`: a new wrapper per access
+            # ``param.data = other`` swaps the C++ metadata only: point the wrapper at
+            # the other tensor's CPU data too, so it shares storage as it would on a GPU.
+            args[0]._data, args[0]._index = args[1]._data, args[1]._index
+        return result
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         # Print as torch prints a CUDA tensor: tensor([...], device='sim:1').
