@@ -32,6 +32,7 @@ Nothing here is registered until simulated devices are first used
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 import weakref
@@ -163,6 +164,10 @@ def _has_generator(func: Any) -> bool:
     return known
 
 
+# How ``tensor.data = other`` reaches __torch_function__.
+_SET_DATA = torch._C.TensorBase.data.__set__
+
+
 class SimTensor(torch.Tensor):
     """A tensor on simulated device ``sim:index``, backed by a CPU tensor (``_data``)."""
 
@@ -196,8 +201,15 @@ class SimTensor(torch.Tensor):
             if dtype is not None:
                 dtype = torch.get_autocast_dtype(NAME) if dtype == "low" else dtype
                 args, kwargs = _cast((args, kwargs), dtype)
+        if func in _HOOK_REGISTRARS and len(args) > 1:
+            args = (args[0], _guarded_hook(args[1]), *args[2:])
         with torch._C.DisableTorchFunctionSubclass():
-            return func(*args, **kwargs)
+            result = func(*args, **kwargs)
+        if func == _SET_DATA and isinstance(args[1], SimTensor):  # `==`: a new wrapper per access
+            # ``param.data = other`` swaps the C++ metadata only: point the wrapper at
+            # the other tensor's CPU data too, so it shares storage as it would on a GPU.
+            args[0]._data, args[0]._index = args[1]._data, args[1]._index
+        return result
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         # Print as torch prints a CUDA tensor: tensor([...], device='sim:1').
@@ -300,6 +312,36 @@ class SimTensor(torch.Tensor):
         if stays is not None:  # e.g. batch_sizes: on the CPU, as CUDA gives it
             result = (*result[:stays], out[stays], *result[stays + 1 :])
         return result
+
+
+# Tensor hooks run inside the autograd engine. When a Python hook raises, PyTorch
+# unwinds with the Python error still set, and on the way out the device guard
+# that PyTorch installs for a backend written in Python calls back into Python
+# from a noexcept method, which then fails and ends the process. So a hook on a
+# simulated tensor keeps the exception it raised and hands PyTorch a result that
+# PyTorch refuses in C++ (no Python error set); `_patch_backward` then raises the
+# hook's own exception from the backward call, which stops there as on GPUs.
+_HOOK_REGISTRARS = {torch.Tensor.register_hook, torch.Tensor.register_post_accumulate_grad_hook}
+_hook_error = threading.local()
+
+
+def _rejected() -> torch.Tensor:
+    # Hooks must return None or a tensor like their input: PyTorch's C++ check
+    # refuses a 0-element CPU bool tensor without setting a Python error.
+    return torch.empty(0, dtype=torch.bool)
+
+
+def _guarded_hook(hook: Any) -> Any:
+    @functools.wraps(hook)
+    def run(*args: Any) -> Any:
+        try:
+            return hook(*args)
+        except BaseException as error:
+            if getattr(_hook_error, "error", None) is None:
+                _hook_error.error = error
+            return _rejected()
+
+    return run
 
 
 def _name(device: Any) -> str:
@@ -628,8 +670,17 @@ def _patch_backward() -> None:
     original = graph._engine_run_backward
 
     def run_backward(*args: Any, **kwargs: Any) -> Any:
-        with torch.autograd.set_multithreading_enabled(False):
-            return original(*args, **kwargs)
+        outer, _hook_error.error = getattr(_hook_error, "error", None), None
+        try:
+            with torch.autograd.set_multithreading_enabled(False):
+                return original(*args, **kwargs)
+        except RuntimeError:
+            error = _hook_error.error
+            if error is None:
+                raise
+            raise error.with_traceback(error.__traceback__) from None  # a hook raised it
+        finally:
+            _hook_error.error = outer  # a backward inside a hook leaves the outer one's alone
 
     graph._engine_run_backward = run_backward
     torch.autograd._engine_run_backward = run_backward

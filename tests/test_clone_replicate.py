@@ -12,8 +12,14 @@ from torch import nn
 
 import learn_parallel as lp
 from learn_parallel.clone_replicate import ReduceAddEdge, clone_replicate, clone_to
+from learn_parallel.devices import resolve_device_ids
 
 TOL = {"rtol": 1e-10, "atol": 1e-12}
+
+
+def source(devices):
+    """device_ids[0] as a torch device: the module must live there before replicating."""
+    return resolve_device_ids(devices)[0].torch_device
 
 
 def mlp():
@@ -50,7 +56,7 @@ def train(model, forward, data):
     for x, y in data:
         optimizer.zero_grad()
         out = forward(x)
-        (out[:, : y.shape[1]] - y).pow(2).mean().backward()
+        (out[:, : y.shape[1]] - y.to(out.device)).pow(2).mean().backward()
         history.append((out.detach().clone(), [p.grad.clone() for p in model.parameters()]))
         optimizer.step()
     return history, [p.detach().clone() for p in model.parameters()]
@@ -58,30 +64,31 @@ def train(model, forward, data):
 
 def assert_same(a, b):
     (hist_a, final_a), (hist_b, final_b) = a, b
+    # The parallel side lives on device_ids[0], the reference on the CPU.
     for (out_a, grads_a), (out_b, grads_b) in zip(hist_a, hist_b, strict=True):
-        torch.testing.assert_close(out_a, out_b, **TOL)
+        torch.testing.assert_close(out_a.cpu(), out_b.cpu(), **TOL)
         for ga, gb in zip(grads_a, grads_b, strict=True):
-            torch.testing.assert_close(ga, gb, **TOL)
+            torch.testing.assert_close(ga.cpu(), gb.cpu(), **TOL)
     for pa, pb in zip(final_a, final_b, strict=True):
-        torch.testing.assert_close(pa, pb, **TOL)
+        torch.testing.assert_close(pa.cpu(), pb.cpu(), **TOL)
 
 
 @pytest.mark.parametrize("devices", [[0], [0, 1], [0, 1, 2, 3], [2, 0, 3]])
 def test_clone_strategy_trains_like_one_device(devices):
     reference = mlp()
     expected = train(reference, reference, batches())
-    model = mlp()
+    model = mlp().to(source(devices))
     if len(devices) == 1:
         # DataParallel skips replicate on one device: drive the replica directly.
         def forward(x):
-            return clone_replicate(model, devices)[0](x)
+            return clone_replicate(model, devices)[0](x.to(source(devices)))
     else:
         forward = lp.DataParallel(model, device_ids=devices, replicate="clone")
     assert_same(train(model, forward, batches()), expected)
 
 
 def test_each_replica_parameter_has_one_reduce_add_edge_to_the_original():
-    model = mlp()
+    model = mlp().to(source([0, 1, 2]))
     replicas = clone_replicate(model, [0, 1, 2])
     for name, original in model.named_parameters():
         nodes = {dict(replica.named_parameters())[name].grad_fn for replica in replicas}
@@ -95,34 +102,36 @@ def test_each_replica_parameter_has_one_reduce_add_edge_to_the_original():
 
 
 def test_clones_are_copies_on_their_devices():
-    model = mlp()
+    model = mlp().to(source([0, 1]))
     replicas = clone_replicate(model, [0, 1])
-    for replica in replicas:
+    for replica, device in zip(replicas, resolve_device_ids([0, 1]), strict=True):
         for p, q in zip(replica.parameters(), model.parameters(), strict=True):
-            assert torch.equal(p, q) and p.data_ptr() != q.data_ptr()
+            assert p.device == device.torch_device
+            assert torch.equal(p.cpu(), q.cpu()) and p.data_ptr() != q.data_ptr()
     assert replicas[0] is not model
 
 
 def test_frozen_parameters_get_no_edge_and_no_gradient():
-    model = mlp()
+    model = mlp().to(source([0, 1]))
     model[0].weight.requires_grad_(False)
     replicas = clone_replicate(model, [0, 1])
     assert replicas[1][0].weight.grad_fn is None and not replicas[1][0].weight.requires_grad
-    out = torch.cat([replicas[0](batches()[0][0][:4]), replicas[1](batches()[0][0][4:])])
+    first, second = (d.torch_device for d in resolve_device_ids([0, 1]))
+    x = batches()[0][0]
+    out = torch.cat([replicas[0](x[:4].to(first)), replicas[1](x[4:].to(second)).to(first)])
     out.sum().backward()
     assert model[0].weight.grad is None and model[2].weight.grad is not None
 
 
 @pytest.mark.parametrize("strategy", ["broadcast", "clone"])
 def test_tied_weights_stay_tied_and_train_like_one_device(strategy):
-    replicas = lp.DataParallel(Tied().double(), [0, 1], replicate=strategy).replicate(
-        Tied().double(), [0, 1]
-    )
+    tied = Tied().double().to(source([0, 1]))
+    replicas = lp.DataParallel(tied, [0, 1], replicate=strategy).replicate(tied, [0, 1])
     for replica in replicas:
         assert replica.encode.weight is replica.decode.weight
     reference = Tied().double()
     expected = train(reference, reference, batches(features=6))
-    model = Tied().double()
+    model = Tied().double().to(source([0, 1, 2]))
     dp = lp.DataParallel(model, device_ids=[0, 1, 2], replicate=strategy)
     assert_same(train(model, dp, batches(features=6)), expected)
 
@@ -132,9 +141,9 @@ def test_batchnorm_statistics_broadcast_keeps_replica_0s_clone_keeps_none():
     stats = {}
     for strategy in ("broadcast", "clone"):
         torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4)).double()
+        model = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4)).double().to(source([0, 1]))
         lp.DataParallel(model, device_ids=[0, 1], replicate=strategy)(x)
-        stats[strategy] = (model[1].running_mean.clone(), int(model[1].num_batches_tracked))
+        stats[strategy] = (model[1].running_mean.cpu(), int(model[1].num_batches_tracked))
     torch.manual_seed(0)
     reference = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4)).double()
     reference(x[:4])  # replica 0's half of the batch
@@ -148,7 +157,8 @@ def test_buffers_that_require_grad_are_wired_like_parameters():
     class Scaled(nn.Module):
         def __init__(self):
             super().__init__()
-            self.register_buffer("scale", torch.tensor(2.0, dtype=torch.double).requires_grad_())
+            scale = torch.tensor(2.0, dtype=torch.double, device=source([0, 1]))
+            self.register_buffer("scale", scale.requires_grad_())
 
         def forward(self, x):
             return x * self.scale
@@ -156,7 +166,7 @@ def test_buffers_that_require_grad_are_wired_like_parameters():
     module = Scaled()
     x = batches()[0][0]
     lp.DataParallel(module, [0, 1], replicate="clone")(x).sum().backward()
-    torch.testing.assert_close(module.scale.grad, x.sum(), **TOL)
+    torch.testing.assert_close(module.scale.grad.cpu(), x.sum(), **TOL)
 
 
 @pytest.mark.parametrize("strategy", ["broadcast", "clone"])
@@ -170,16 +180,17 @@ def test_double_backward_matches_one_device(strategy):
 
     reference = mlp()
     expected = second_order(reference, reference)
-    model = mlp()
+    model = mlp().to(source([0, 1, 2]))
     got = second_order(model, lp.DataParallel(model, [0, 1, 2], replicate=strategy))
     for a, b in zip(got, expected, strict=True):
-        torch.testing.assert_close(a, b, **TOL)
+        torch.testing.assert_close(a.cpu(), b, **TOL)
 
 
 def test_no_grad_replicas_have_no_edges():
     with torch.no_grad():
-        replicas = clone_replicate(mlp(), [0, 1], detach=False)
-    model = mlp()
+        replicas = clone_replicate(mlp().to(source([0, 1])), [0, 1], detach=False)
+    assert all(p.grad_fn is None for r in replicas for p in r.parameters())
+    model = mlp().to(source([0, 1]))
     replicas = clone_replicate(model, [0, 1], detach=True)
     assert all(p.grad_fn is None for r in replicas for p in r.parameters())
 

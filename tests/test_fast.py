@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import learn_parallel as lp
+from learn_parallel.devices import resolve_device_ids
 from learn_parallel.fast import FastDataParallel
 from learn_parallel.lab import ladder
 
@@ -26,10 +27,17 @@ RUNGS = {
 }
 
 
-def net(batch_norm=False):
+def source(devices):
+    """device_ids[0] as a torch device: the module must live there before wrapping."""
+    return resolve_device_ids(devices)[0].torch_device
+
+
+def net(batch_norm=False, on=None):
+    """The model, on the CPU (one-device reference) or on device ``on[0]`` (to be wrapped)."""
     torch.manual_seed(0)
     norm = [nn.BatchNorm1d(16)] if batch_norm else []
-    return nn.Sequential(nn.Linear(6, 16), *norm, nn.ReLU(), nn.Linear(16, 3)).double()
+    model = nn.Sequential(nn.Linear(6, 16), *norm, nn.ReLU(), nn.Linear(16, 3)).double()
+    return model if on is None else model.to(source(on))
 
 
 def batches(n=12, steps=3):
@@ -46,7 +54,7 @@ def train(model, forward, data=None):
     for x, y in data or batches():
         optimizer.zero_grad(set_to_none=True)
         out = forward(x)
-        nn.functional.cross_entropy(out, y).backward()
+        nn.functional.cross_entropy(out, y.to(out.device)).backward()
         history.append((out.detach().clone(), [p.grad.clone() for p in model.parameters()]))
         optimizer.step()
     return history, [p.detach().clone() for p in model.parameters()]
@@ -54,12 +62,13 @@ def train(model, forward, data=None):
 
 def assert_same(a, b):
     (hist_a, final_a), (hist_b, final_b) = a, b
+    # The parallel side lives on device_ids[0], the reference on the CPU.
     for (out_a, grads_a), (out_b, grads_b) in zip(hist_a, hist_b, strict=True):
-        torch.testing.assert_close(out_a, out_b, **TOL)
+        torch.testing.assert_close(out_a.cpu(), out_b.cpu(), **TOL)
         for ga, gb in zip(grads_a, grads_b, strict=True):
-            torch.testing.assert_close(ga, gb, **TOL)
+            torch.testing.assert_close(ga.cpu(), gb.cpu(), **TOL)
     for pa, pb in zip(final_a, final_b, strict=True):
-        torch.testing.assert_close(pa, pb, **TOL)
+        torch.testing.assert_close(pa.cpu(), pb.cpu(), **TOL)
 
 
 def one_device(batch_norm=False):
@@ -70,25 +79,25 @@ def one_device(batch_norm=False):
 @pytest.mark.parametrize("rung", list(RUNGS))
 @pytest.mark.parametrize("devices", [[0, 1], [0, 1, 2, 3], [2, 0, 3]])
 def test_rung_trains_like_one_device(rung, devices):
-    model = net()
+    model = net(on=devices)
     fast = FastDataParallel(model, devices, **RUNGS[rung])
     assert_same(train(model, fast), one_device())
 
 
 def test_overlap_reduces_every_bucket_inside_backward():
-    model = net()
+    model = net(on=[0, 1])
     fast = FastDataParallel(model, [0, 1], bucket_mb=0.0005)
     train(model, fast)
     assert len(fast._buckets) >= 2
     assert fast.overlapped_reductions == 3 * len(fast._buckets)
-    kept = FastDataParallel(net(), [0, 1], overlap_reduce=False)
+    kept = FastDataParallel(net(on=[0, 1]), [0, 1], overlap_reduce=False)
     train(kept.module, kept)
     assert kept.overlapped_reductions == 0 and len(kept._buckets) == 1
 
 
 @pytest.mark.parametrize("rung", list(RUNGS))
 def test_batchnorm_statistics_follow_replica_0_as_in_dataparallel(rung):
-    a, b = net(batch_norm=True), net(batch_norm=True)
+    a, b = net(batch_norm=True, on=[0, 1, 2]), net(batch_norm=True, on=[0, 1, 2])
     got = train(a, FastDataParallel(a, [0, 1, 2], **RUNGS[rung]))
     expected = train(b, lp.DataParallel(b, [0, 1, 2]))
     assert_same(got, expected)
@@ -98,7 +107,7 @@ def test_batchnorm_statistics_follow_replica_0_as_in_dataparallel(rung):
 
 
 def test_replicas_are_not_parameters_of_the_wrapper():
-    model = net()
+    model = net(on=[0, 1, 2])
     fast = FastDataParallel(model, [0, 1, 2])
     assert [id(p) for p in fast.parameters()] == [id(p) for p in model.parameters()]
     assert set(fast.state_dict()) == {f"module.{k}" for k in model.state_dict()}
@@ -106,7 +115,7 @@ def test_replicas_are_not_parameters_of_the_wrapper():
 
 def test_short_batch_uses_fewer_replicas_and_still_matches():
     data = [(x[:2], y[:2]) for x, y in batches()]
-    model = net()
+    model = net(on=[0, 1, 2, 3])
     reference = net()
     assert_same(
         train(model, FastDataParallel(model, [0, 1, 2, 3]), data), train(reference, reference, data)
@@ -115,34 +124,35 @@ def test_short_batch_uses_fewer_replicas_and_still_matches():
 
 def test_two_backwards_accumulate_like_one_device():
     x, y = batches()[0]
-    model, reference = net(), net()
+    model, reference = net(on=[0, 1]), net()
     fast = FastDataParallel(model, [0, 1])
     for forward in (fast, reference):
         for _ in range(2):
-            nn.functional.cross_entropy(forward(x), y).backward()
+            out = forward(x)
+            nn.functional.cross_entropy(out, y.to(out.device)).backward()
     for p, q in zip(model.parameters(), reference.parameters(), strict=True):
-        torch.testing.assert_close(p.grad, q.grad, **TOL)
+        torch.testing.assert_close(p.grad.cpu(), q.grad, **TOL)
 
 
 def test_frozen_parameter_gets_no_gradient_and_eval_runs():
-    model = net()
+    model = net(on=[0, 1])
     model[0].weight.requires_grad_(False)
     fast = FastDataParallel(model, [0, 1])
     x, y = batches()[0]
-    nn.functional.cross_entropy(fast(x), y).backward()
+    nn.functional.cross_entropy(fast(x), y.to(source([0, 1]))).backward()
     assert model[0].weight.grad is None and model[2].weight.grad is not None
     fast.eval()
     with torch.no_grad():
-        torch.testing.assert_close(fast(x), model(x), **TOL)
+        torch.testing.assert_close(fast(x), model(x.to(source([0, 1]))), **TOL)
 
 
 def test_cuda_graphs_refused_on_simulated_devices():
     with pytest.raises(ValueError, match="cuda_graphs=False"):
-        FastDataParallel(net(), [0, 1], cuda_graphs=True)
+        FastDataParallel(net(on=[0, 1]), [0, 1], cuda_graphs=True)
 
 
 def test_replaced_parameter_is_refused():
-    model = net()
+    model = net(on=[0, 1])
     fast = FastDataParallel(model, [0, 1])
     model[0].weight = nn.Parameter(model[0].weight.detach().clone())
     with pytest.raises(RuntimeError, match="Wrap the module again"):
@@ -151,7 +161,7 @@ def test_replaced_parameter_is_refused():
 
 @pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph")
 def test_double_backward_is_refused():
-    model = net()
+    model = net(on=[0, 1])
     fast = FastDataParallel(model, [0, 1])
     loss = fast(batches()[0][0]).pow(2).sum()
     with pytest.raises(RuntimeError, match="double backward"):
@@ -159,8 +169,9 @@ def test_double_backward_is_refused():
 
 
 def test_buffer_that_requires_grad_is_refused():
-    module = nn.Linear(2, 2).double()
-    module.register_buffer("scale", torch.ones(1, dtype=torch.double, requires_grad=True))
+    module = nn.Linear(2, 2).double().to(source([0, 1]))
+    scale = torch.ones(1, dtype=torch.double, device=source([0, 1]), requires_grad=True)
+    module.register_buffer("scale", scale)
     with pytest.raises(ValueError, match="buffer that requires grad"):
         FastDataParallel(module, [0, 1])
 
@@ -171,7 +182,7 @@ def test_tied_weights_stay_tied_in_the_replicas_and_train_like_one_device():
         layer = nn.Linear(6, 6).double()
         return nn.Sequential(layer, nn.Tanh(), layer, nn.Linear(6, 3).double())
 
-    model = tied()
+    model = tied().to(source([0, 1]))
     fast = FastDataParallel(model, [0, 1])
     for replica in fast._replicas:
         assert replica[0] is replica[2]
@@ -196,7 +207,7 @@ def test_ladder_quick_run_writes_every_rung(tmp_path):
 def test_a_backward_that_raised_leaves_no_state_behind():
     # The refused double backward raises inside backward, so the end-of-backward
     # callback never runs; the next steps must still train like one device.
-    model = net()
+    model = net(on=[0, 1])
     fast = FastDataParallel(model, [0, 1], bucket_mb=0.0005)
     with pytest.raises(RuntimeError, match="double backward"):
         torch.autograd.backward(fast(batches()[0][0]).pow(2).sum(), create_graph=True)
@@ -256,7 +267,7 @@ class FakeCuda:
 
 
 def test_a_failed_capture_restores_streams_and_refuses_with_the_cause():
-    model = net()
+    model = net(on=[0, 1])
     fast = FastDataParallel(model, [0, 1])
     fast.cuda_graphs = True  # simulated devices refuse it at construction; the fake stands in
     fake = FakeCuda(2)
@@ -279,4 +290,4 @@ def test_a_failed_capture_restores_streams_and_refuses_with_the_cause():
     assert all("forward" not in replica.__dict__ for replica in fast._replicas)
     fast.eval()
     with torch.no_grad():
-        torch.testing.assert_close(fast(x), model(x), **TOL)
+        torch.testing.assert_close(fast(x), model(x.to(source([0, 1]))), **TOL)

@@ -48,8 +48,11 @@ def check_reduce_add_edge(wire: Callable[..., Sequence[torch.Tensor]]) -> None:
             f"the clone is already made; return it from forward unchanged, never a new copy."
         )
     probes = [torch.randn(4, 3, generator=generator, dtype=torch.double) for _ in clones]
+    # Each replica's term lives on its device: move it to the source before adding
+    # (a sum across devices fails on GPUs as on simulated devices).
     loss = sum(
-        (k + 1) * (out * p.to(out.device)).sum() for k, (out, p) in enumerate(zip(wired, probes))
+        ((k + 1) * (out * p.to(out.device)).sum()).to(source)
+        for k, (out, p) in enumerate(zip(wired, probes))
     )
     with _without_reduce_add_edge():
         loss.backward()
