@@ -58,23 +58,32 @@ def _simulated_env(**extra: str) -> dict[str, str]:
 NO_SOURCE = {"glossary", "teaching"}
 
 
-def _argument(node: ast.expr):
-    """A ``show_source`` argument: a literal, or an object named like ``lp.scatter_gather.X``."""
-    try:
-        return ast.literal_eval(node)
-    except ValueError:
-        import learn_parallel
+def _show_source_calls(cell, setup: str = "") -> list[tuple]:
+    """The arguments of the ``show_source(...)`` calls in a code cell.
 
-        names = {"lp": learn_parallel, "learn_parallel": learn_parallel}
-        return eval(compile(ast.Expression(node), "<show_source argument>", "eval"), names)
+    An argument is a literal, or an object named through ``lp`` or through the imports of
+    the chapter's setup cell or of the cell itself (``show_source(persistent_workers, "x")``).
+    """
+    import learn_parallel
 
-
-def _show_source_calls(cell) -> list[tuple]:
-    """The arguments of the ``show_source(...)`` calls in a code cell."""
+    tree = ast.parse(cell.source)
+    names: dict = {"lp": learn_parallel, "learn_parallel": learn_parallel}
+    imports = [
+        n
+        for body in (ast.parse(setup).body, tree.body)
+        for n in body
+        if isinstance(n, ast.Import | ast.ImportFrom)
+    ]
+    exec(compile(ast.Module(imports, type_ignores=[]), "<cell imports>", "exec"), names)
     calls = []
-    for node in ast.walk(ast.parse(cell.source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "show_source":
-            calls.append(tuple(_argument(a) for a in node.args))
+            calls.append(
+                tuple(
+                    eval(compile(ast.Expression(a), "<show_source argument>", "eval"), names)
+                    for a in node.args
+                )
+            )
     return calls
 
 
@@ -107,8 +116,9 @@ def test_plain_nbconvert_shows_the_real_source(path):
     nb, page = _plain_html(path)
     code_cells = page.select(".jp-CodeCell")
     shown = 0
-    for cell, rendered in zip([c for c in nb.cells if c.cell_type == "code"], code_cells):
-        for args in _show_source_calls(cell):
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for cell, rendered in zip(code, code_cells):
+        for args in _show_source_calls(cell, code[0].source):
             source = source_of(*args)
             text = html.unescape(rendered.select_one(".jp-OutputArea").get_text())
             assert source.title in text, f"{path.name}: {args} does not show {source.title}"
