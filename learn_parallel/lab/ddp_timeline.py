@@ -41,12 +41,12 @@ import torch.distributed as dist
 from learn_parallel import phases
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.distributed import DEFAULT_BUCKET_CAP_MB, DistributedDataParallel
+from learn_parallel.lab.bench import train_step
 from learn_parallel.lab.processes import NCCL_ENV, rank_device, run_ranks
 from learn_parallel.lab.timing import Hardware, PhaseRecord, Recorder, Timeline, phase
 from learn_parallel.lab.workloads import (
     Workload,
     build_model,
-    loss_function,
     make_batch,
     parameter_count,
 )
@@ -135,17 +135,6 @@ class RankRecorder:
 # [rank-recorder]
 
 
-def _train_step(model: Any, x: torch.Tensor, y: torch.Tensor, workload: Workload, opt: Any) -> None:
-    output = model(x)
-    with phase("loss"):
-        loss = loss_function(workload, output, y)
-    with phase("backward"):
-        loss.backward()
-    with phase("optimizer"):
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -194,7 +183,7 @@ def bench_worker(rank: int, world: int, config: dict[str, Any]) -> dict[str, Any
 
             def step(wrapped: Any = wrapped, opt: Any = opt, batch: tuple = (x, y),
                      workload: Workload = workload) -> None:  # fmt: skip
-                _train_step(wrapped, *batch, workload, opt)
+                train_step(wrapped, *batch, workload, opt)
 
             times = _timed(step, device, config["warmup"], config["steps"])
             entry[impl] = {"step_ms_all": times, "step_ms": statistics.median(times)}
@@ -234,19 +223,19 @@ def dp_run(workload: Workload, world: int, config: dict[str, Any]) -> dict[str, 
                 torch.cuda.synchronize(d.index)
 
     for _ in range(config["warmup"]):
-        _train_step(dp, x, y, workload, opt)
+        train_step(dp, x, y, workload, opt)
     times = []
     for _ in range(config["steps"]):
         sync()
         start = time.perf_counter()
-        _train_step(dp, x, y, workload, opt)
+        train_step(dp, x, y, workload, opt)
         sync()
         times.append((time.perf_counter() - start) * 1e3)
     result: dict[str, Any] = {"step_ms_all": times, "step_ms": statistics.median(times)}
     if config["timeline_steps"] > 0:
         with Recorder(devices=dp.devices) as recorder:
             for _ in recorder.steps(config["timeline_steps"]):
-                _train_step(dp, x, y, workload, opt)
+                train_step(dp, x, y, workload, opt)
         result["timeline"] = recorder.timeline().to_dict()
     return result
 

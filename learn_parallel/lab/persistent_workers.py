@@ -51,7 +51,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import learn_parallel as lp
 from learn_parallel.devices import Device, device_count, device_type, synchronize
-from learn_parallel.lab.timing import describe_hardware
+from learn_parallel.lab.timing import describe_hardware, step_times_ms
 from learn_parallel.lab.trace import all_threads
 from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
 
@@ -135,15 +135,7 @@ def time_runner(
     workload: Workload, devices: Sequence[Device], runner: Callable, warmup: int, steps: int
 ) -> dict[str, Any]:
     step, forward_ms = make_step(workload, devices, runner)
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        synchronize(devices)
-        start = time.perf_counter()
-        step()
-        synchronize(devices)
-        times.append((time.perf_counter() - start) * 1e3)
+    times = step_times_ms(step, devices, warmup, steps)
     timed_forwards = forward_ms[warmup:]
     return {
         "step_ms": times,

@@ -31,8 +31,9 @@ import torch
 
 from learn_parallel import DataParallel
 from learn_parallel.devices import Device, device_count, device_type
-from learn_parallel.lab.timing import Recorder, describe_hardware, phase, step_spans, step_times_ms
-from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
+from learn_parallel.lab.bench import train_step
+from learn_parallel.lab.timing import Recorder, describe_hardware, step_spans, step_times_ms
+from learn_parallel.lab.workloads import Workload, build_model, make_batch
 
 WORKLOADS = {
     "mlp": Workload("mlp", 4096),
@@ -53,14 +54,7 @@ def make_step(workload: Workload, devices: Sequence[Device]):
     x, y = make_batch(workload, workload.batch, source)
 
     def step() -> None:
-        output = dp(x)
-        with phase("loss"):
-            loss = loss_function(workload, output, y)
-        with phase("backward"):
-            loss.backward()
-        with phase("optimizer"):
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+        train_step(dp, x, y, workload, optimizer)
 
     return step, dp.devices
 
