@@ -8,13 +8,12 @@ down for both strategies.
 
 import pytest
 import torch
+from _training import TOL, assert_same
 from torch import nn
 
 import learn_parallel as lp
 from learn_parallel.clone_replicate import ReduceAddEdge, clone_replicate, clone_to
 from learn_parallel.devices import resolve_device_ids
-
-TOL = {"rtol": 1e-10, "atol": 1e-12}
 
 
 def source(devices):
@@ -60,17 +59,6 @@ def train(model, forward, data):
         history.append((out.detach().clone(), [p.grad.clone() for p in model.parameters()]))
         optimizer.step()
     return history, [p.detach().clone() for p in model.parameters()]
-
-
-def assert_same(a, b):
-    (hist_a, final_a), (hist_b, final_b) = a, b
-    # The parallel side lives on device_ids[0], the reference on the CPU.
-    for (out_a, grads_a), (out_b, grads_b) in zip(hist_a, hist_b, strict=True):
-        torch.testing.assert_close(out_a.cpu(), out_b.cpu(), **TOL)
-        for ga, gb in zip(grads_a, grads_b, strict=True):
-            torch.testing.assert_close(ga.cpu(), gb.cpu(), **TOL)
-    for pa, pb in zip(final_a, final_b, strict=True):
-        torch.testing.assert_close(pa.cpu(), pb.cpu(), **TOL)
 
 
 @pytest.mark.parametrize("devices", [[0], [0, 1], [0, 1, 2, 3], [2, 0, 3]])

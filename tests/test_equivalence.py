@@ -9,11 +9,11 @@ import copy
 
 import pytest
 import torch
+from _training import TOL, assert_same
 from torch import nn
 
 import learn_parallel as lp
 
-TOL = {"rtol": 1e-10, "atol": 1e-12}
 SOURCE = lp.Device("sim", 0).torch_device  # device_ids[0]: the module must live there
 
 
@@ -67,20 +67,6 @@ def train(model, forward, batches):
         history.append((snapshot(output), [p.grad.clone() for p in model.parameters()]))
         optimizer.step()
     return history, [p.detach().clone() for p in model.parameters()]
-
-
-def assert_same(a, b):
-    if isinstance(a, torch.Tensor):
-        # DataParallel's side lives on sim:0, the reference on the CPU.
-        torch.testing.assert_close(a.cpu(), b.cpu(), **TOL)
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for key in a:
-            assert_same(a[key], b[key])
-    else:
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            assert_same(x, y)
 
 
 @pytest.mark.parametrize("devices", [1, 2, 3, 4])

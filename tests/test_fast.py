@@ -13,6 +13,7 @@ import threading
 
 import pytest
 import torch
+from _training import TOL, assert_same
 from torch import nn
 
 import learn_parallel as lp
@@ -20,7 +21,6 @@ from learn_parallel.devices import resolve_device_ids
 from learn_parallel.fast import FastDataParallel
 from learn_parallel.lab import ladder
 
-TOL = {"rtol": 1e-10, "atol": 1e-12}
 RUNGS = {
     "kept_replicas": {"overlap_reduce": False},
     "overlap_reduce": {"overlap_reduce": True, "bucket_mb": 0.0005},
@@ -58,17 +58,6 @@ def train(model, forward, data=None):
         history.append((out.detach().clone(), [p.grad.clone() for p in model.parameters()]))
         optimizer.step()
     return history, [p.detach().clone() for p in model.parameters()]
-
-
-def assert_same(a, b):
-    (hist_a, final_a), (hist_b, final_b) = a, b
-    # The parallel side lives on device_ids[0], the reference on the CPU.
-    for (out_a, grads_a), (out_b, grads_b) in zip(hist_a, hist_b, strict=True):
-        torch.testing.assert_close(out_a.cpu(), out_b.cpu(), **TOL)
-        for ga, gb in zip(grads_a, grads_b, strict=True):
-            torch.testing.assert_close(ga.cpu(), gb.cpu(), **TOL)
-    for pa, pb in zip(final_a, final_b, strict=True):
-        torch.testing.assert_close(pa.cpu(), pb.cpu(), **TOL)
 
 
 def one_device(batch_norm=False):

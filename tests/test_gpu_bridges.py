@@ -12,6 +12,7 @@ import threading
 
 import pytest
 import torch
+from _training import assert_same
 from torch import nn
 
 import learn_parallel as lp
@@ -90,16 +91,6 @@ def train(model, forward):
     return record, [p.detach().cpu() for p in model.parameters()]
 
 
-def assert_same_training(got, expected):
-    (rec_a, final_a), (rec_b, final_b) = got, expected
-    for (out_a, grads_a), (out_b, grads_b) in zip(rec_a, rec_b, strict=True):
-        torch.testing.assert_close(out_a, out_b, **TOL)
-        for ga, gb in zip(grads_a, grads_b, strict=True):
-            torch.testing.assert_close(ga, gb, **TOL)
-    for a, b in zip(final_a, final_b, strict=True):
-        torch.testing.assert_close(a, b, **TOL)
-
-
 def single_device():
     model = conv_net().to("cuda:0")
     return train(model, model)
@@ -119,7 +110,7 @@ WRAPPERS = {
 def test_every_strategy_and_rung_matches_one_gpu(name):
     model = conv_net().to("cuda:0")
     wrapped = WRAPPERS[name](model)
-    assert_same_training(train(model, wrapped), single_device())
+    assert_same(train(model, wrapped), single_device(), tol=TOL)
 
 
 def test_overlap_reduces_buckets_inside_backward():
@@ -153,7 +144,7 @@ def test_fast_path_keeps_batchnorm_statistics_like_dataparallel(graphs):
         model = conv_net(batch_norm=True).to("cuda:0")
         record = train(model, make(model))
         results.append((record, model[1].running_mean.cpu(), model[1].running_var.cpu()))
-    assert_same_training(results[1][0], results[0][0])
+    assert_same(results[1][0], results[0][0], tol=TOL)
     torch.testing.assert_close(results[1][1], results[0][1], **TOL)
     torch.testing.assert_close(results[1][2], results[0][2], **TOL)
 
@@ -230,7 +221,7 @@ def test_fast_path_on_the_callers_own_streams(name):
     streams = [torch.cuda.Stream(0), torch.cuda.Stream(1)]
     with torch.cuda.stream(streams[0]), torch.cuda.stream(streams[1]):
         got = train(model, wrapped)
-    assert_same_training(got, single_device())
+    assert_same(got, single_device(), tol=TOL)
 
 
 @pytest.mark.parametrize("name", ["overlap_reduce", "cuda_graphs"])
@@ -252,4 +243,4 @@ def test_fast_path_from_another_thread(name):
     assert not thread.is_alive(), "training in another thread did not finish in 100 s"
     if "error" in result:
         raise result["error"]
-    assert_same_training(result["got"], single_device())
+    assert_same(result["got"], single_device(), tol=TOL)
