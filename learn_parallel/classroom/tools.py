@@ -73,24 +73,30 @@ def _hit(name: str) -> None:
     raise ForbiddenCall(f"your answer calls {name}, which this exercise asks you not to use")
 
 
-def _raiser_code(name: str, original: types.CodeType) -> types.CodeType:
-    """A code object that reports ``name``, with the same free variables as ``original``
-    (so it can be swapped into the function itself and catch every alias of it)."""
+def _code_calling(call: str, original: types.CodeType) -> types.CodeType:
+    """A code object whose body is ``call`` (a statement using ``args``/``kwargs``), with the
+    same free variables as ``original``: it can be swapped into the function itself, so it
+    catches every alias of that function."""
     free = original.co_freevars
     inner = "\n".join(
         [
             "def _outer():",
             *[f"    {v} = None" for v in free],
-            "    def _forbidden(*args, **kwargs):",
+            "    def _swapped(*args, **kwargs):",
             *[f"        {v}" for v in free],
-            "        from learn_parallel.classroom.tools import _hit",
-            f"        _hit({name!r})",
-            "    return _forbidden",
+            "        from learn_parallel.classroom import tools",
+            f"        {call}",
+            "    return _swapped",
         ]
     )
     namespace: dict[str, Any] = {}
     exec(inner, namespace)
     return namespace["_outer"]().__code__
+
+
+def _raiser_code(name: str, original: types.CodeType) -> types.CodeType:
+    """A code object that reports ``name`` (see `_code_calling`)."""
+    return _code_calling(f"tools._hit({name!r})", original)
 
 
 @contextlib.contextmanager
@@ -190,21 +196,7 @@ def _spied_call(label: str, args: tuple, kwargs: dict) -> Any:
 
 
 def _counting_code(label: str, original: types.CodeType) -> types.CodeType:
-    free = original.co_freevars
-    inner = "\n".join(
-        [
-            "def _outer():",
-            *[f"    {v} = None" for v in free],
-            "    def _spy(*args, **kwargs):",
-            *[f"        {v}" for v in free],
-            "        from learn_parallel.classroom.tools import _spied_call",
-            f"        return _spied_call({label!r}, args, kwargs)",
-            "    return _spy",
-        ]
-    )
-    namespace: dict[str, Any] = {}
-    exec(inner, namespace)
-    return namespace["_outer"]().__code__
+    return _code_calling(f"return tools._spied_call({label!r}, args, kwargs)", original)
 
 
 @contextlib.contextmanager
