@@ -9,7 +9,7 @@ distributed (a minimal DistributedDataParallel, one process per device).
 """
 
 from learn_parallel.data_parallel import DataParallel, data_parallel
-from learn_parallel.devices import Device, device_count, device_type
+from learn_parallel.devices import Device, device_count, device_type, first_device
 from learn_parallel.distributed import DistributedDataParallel
 from learn_parallel.fast import FastDataParallel
 from learn_parallel.options import gather_per_device
@@ -28,6 +28,7 @@ __all__ = [
     "data_parallel",
     "device_count",
     "device_type",
+    "first_device",
     "gather",
     "gather_per_device",
     "parallel_apply",

@@ -57,8 +57,20 @@ def wrapper_devices(module: nn.Module, device_ids: Sequence[DeviceLike] | None) 
     devices = resolve_device_ids(device_ids)
     check_balance(devices)
     if len(devices) == 1:
+        _refuse_meta_tensors(module, devices[0])  # .to() would fail on them with no name
         module.to(devices[0].torch_device)
     return devices
+
+
+def _refuse_meta_tensors(module: nn.Module, device: Device) -> None:
+    for kind, named in (("parameter", module.named_parameters), ("buffer", module.named_buffers)):
+        for name, tensor in named():
+            if tensor.is_meta:
+                raise ValueError(
+                    f"The module's {kind} {name!r} is on the meta device (a shape without "
+                    f"data), so it cannot be moved to {device}. Give it memory first: "
+                    f"module.to_empty(device=...) and initialise it, or load a state_dict."
+                )
 
 
 # [data-parallel-init]

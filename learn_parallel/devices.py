@@ -76,6 +76,31 @@ def device_type() -> str:
     return "cuda"
 
 
+def simulate_for_lessons(needed: int = 2) -> str:
+    """Give this process ``needed`` devices for a multi-device lesson; say which, in one line.
+
+    With ``needed`` GPUs or more, the lesson uses them. With fewer (one GPU, as on
+    Colab, or none), it switches to simulated devices, at least ``needed`` of them:
+    a lesson about splitting a batch cannot run on one device. The chapters and the
+    exercise checks call this first. It sets ``LEARN_PARALLEL_SIMULATE=1`` (and
+    ``LEARN_PARALLEL_SIMULATED_DEVICES`` where it had to add devices), so processes
+    started from here make the same choice.
+    """
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus >= needed and os.environ.get(FORCE_SIMULATION_ENV) != "1":
+        return f"{gpus} GPUs: the lessons run on them."
+    os.environ[FORCE_SIMULATION_ENV] = "1"
+    note = ""
+    if device_count() < needed:
+        asked = device_count()
+        note = f"; {SIMULATED_DEVICES_ENV}={asked} raised to {needed}, so a batch can be split"
+        os.environ[SIMULATED_DEVICES_ENV] = str(needed)
+    if gpus < needed:
+        where = "no GPU" if gpus == 0 else f"{gpus} GPU" + ("" if gpus == 1 else "s")
+        return f"Simulated devices, as this machine has {where}{note}."
+    return f"Simulated devices, as {FORCE_SIMULATION_ENV}=1 ({gpus} GPUs visible){note}."
+
+
 def device_count() -> int:
     """How many devices ``device_ids=None`` means on this machine."""
     if device_type() == "cuda":
@@ -91,6 +116,15 @@ def device_count() -> int:
             f"set it to the number of simulated devices you want, e.g. 2."
         )
     return count
+
+
+def first_device() -> torch.device:
+    """Where a model goes before ``DataParallel(model)`` wraps it: the first device.
+
+    ``cuda:0`` on a GPU machine, ``sim:0`` (a simulated device) without GPUs; the
+    same code then runs on both.
+    """
+    return Device(device_type(), 0).torch_device
 
 
 def to_device(device: DeviceLike | Device, allow_cpu: bool = False) -> Device:

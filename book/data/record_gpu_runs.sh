@@ -32,7 +32,10 @@ nvidia-smi > "$rec/nvidia-smi.txt" 2>&1
 python -c "import torch; print(torch.__version__, torch.version.cuda)" > "$rec/versions.txt"
 
 if [[ $parts == *" tests "* ]]; then
-  timeout 300 python -m pytest -m gpu -q -p no:cacheprovider tests/ 2>&1 | tee "$rec/gpu-tests.log" | tail -25
+  # On one GPU this runs the tests marked one_gpu and skips those that need two. The README's
+  # first example (tests/test_readme.py) runs on the real GPU too.
+  timeout 300 python -m pytest -m gpu -q -rs -p no:cacheprovider tests/ 2>&1 | tee "$rec/gpu-tests.log" | tail -25
+  timeout 120 python -m pytest -q -p no:cacheprovider tests/test_readme.py 2>&1 | tee -a "$rec/gpu-tests.log" | tail -3
 fi
 if [[ $parts == *" measure "* ]]; then
   timeout 300 python -m learn_parallel.lab.measure --out "$rec" 2>&1 | tee "$extras/measure.log" | tail -15
@@ -118,6 +121,16 @@ import sys, time, nbformat
 from pathlib import Path
 from nbclient import NotebookClient
 failed = 0
+def said(nb, words):
+    """The printed lines of the executed chapter that contain one of ``words``."""
+    lines = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            text = out.get("text", "") if out.get("output_type") == "stream" else ""
+            lines += [f"    {line}" for line in text.splitlines() if any(w in line for w in words)]
+    return lines
+
+
 for path in sorted(Path(".").glob("*.ipynb")):
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
@@ -128,6 +141,10 @@ for path in sorted(Path(".").glob("*.ipynb")):
         status, failed = f"FAILED: {type(error).__name__}: {str(error)[-600:]}", failed + 1
     nbformat.write(nb, Path(sys.argv[1]) / path.name)
     print(f"{path.name}: {status} ({time.perf_counter() - start:.1f} s)", flush=True)
+    # What ran live and what came from a recording: the plan's lines, the cells that say so.
+    for line in said(nb, ["devices:", "Simulated devices", "GPUs:", "baselines", "recorded",
+                          "showing the recorded run", "ranks"]):
+        print(line[:160], flush=True)
 sys.exit(1 if failed else 0)
 PY
   ) 2>&1 | tee "$extras/notebooks.log" | tail -20

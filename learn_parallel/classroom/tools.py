@@ -18,7 +18,13 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from learn_parallel.devices import SIMULATED, Device, device_count, device_type
+from learn_parallel.devices import (
+    SIMULATED,
+    Device,
+    device_count,
+    device_type,
+    simulate_for_lessons,
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,8 @@ class Machine:
 
 
 def machine() -> Machine:
+    """The devices the checks use: GPUs where there are two or more, else simulated ones."""
+    simulate_for_lessons(2)  # one GPU (Colab) or none: check on simulated devices
     kind = device_type()
     ids = list(range(device_count()))
     return Machine(kind, ids, [Device(kind, i) for i in ids])

@@ -40,6 +40,7 @@ import torch.distributed as dist
 
 from learn_parallel import phases
 from learn_parallel.data_parallel import DataParallel
+from learn_parallel.devices import device_count
 from learn_parallel.distributed import DEFAULT_BUCKET_CAP_MB, DistributedDataParallel
 from learn_parallel.lab.bench import train_step
 from learn_parallel.lab.processes import NCCL_ENV, rank_device, run_ranks
@@ -240,6 +241,15 @@ def dp_run(workload: Workload, world: int, config: dict[str, Any]) -> dict[str, 
     return result
 
 
+def choose_backend(world: int) -> tuple[str, str]:
+    """NCCL where every rank has a GPU of its own, else gloo; and one line saying which."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus >= world and os.environ.get("LEARN_PARALLEL_SIMULATE") != "1":
+        return "nccl", f"{world} ranks on {world} GPUs, talking through NCCL."
+    where = f"{gpus} GPU" + ("" if gpus == 1 else "s")
+    return "gloo", f"{world} ranks as CPU processes, talking through gloo ({where} here)."
+
+
 def _source() -> torch.device:
     from learn_parallel.devices import Device, device_type
 
@@ -259,8 +269,9 @@ def compare(
     timeout_s: float = 200.0,
 ) -> dict[str, Any]:
     """Our DDP, torch's DDP (``world`` processes) and our DataParallel, on every workload."""
-    on_gpus = torch.cuda.is_available() and os.environ.get("LEARN_PARALLEL_SIMULATE") != "1"
-    backend = "nccl" if on_gpus else "gloo"
+    backend, why = choose_backend(world)
+    on_gpus = backend == "nccl"
+    print(why)
     config = {
         "workloads": {k: w.to_dict() for k, w in workloads.items()},
         "warmup": warmup, "steps": steps, "timeline_steps": timeline_steps,
@@ -311,7 +322,9 @@ def compare(
                 "hardware": asdict(hardware), "records": records,
                 "clocks": dict.fromkeys(rows, clock),
             }  # fmt: skip
-        if with_dp:
+        if with_dp and device_count() < world:
+            print(f"DataParallel left out: {world} ranks, but {device_count()} devices here.")
+        elif with_dp:
             dp = dp_run(workload, world, config)
             entry["results"]["dp"] = {k: v for k, v in dp.items() if k != "timeline"}
             if "timeline" in dp:

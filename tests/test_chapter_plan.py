@@ -1,0 +1,75 @@
+"""The chapters' device plan (learn_parallel/lab/chapter.py) on a machine without GPUs.
+
+The one-GPU and multi-GPU plans are tested in tests/test_gpu_one.py on GPU machines.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+import learn_parallel as lp
+
+PLAN = "from learn_parallel.lab.chapter import PLAN, GPU, HARDWARE\nprint(PLAN.summary())\n"
+
+
+def plan_output(**env: str) -> str:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LEARN_PARALLEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", PLAN + "print(HARDWARE, GPU)"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**clean, **env},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the plan without GPUs")
+@pytest.mark.parametrize("count", ["2", "3", "4", None])
+def test_without_gpus_the_chapters_use_the_simulated_devices_asked_for(count):
+    out = plan_output(**({"LEARN_PARALLEL_SIMULATED_DEVICES": count} if count else {}))
+    n = int(count or 4)
+    names = ", ".join(f"sim:{i} (simulated on the CPU)" for i in range(n))
+    assert out.splitlines() == [
+        f"{n} devices: {names}",
+        "Simulated devices, as this machine has no GPU.",
+        f"{n} simulated CPU devices (host clock) None",
+    ]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the plan without GPUs")
+def test_one_simulated_device_is_raised_to_two_and_the_plan_says_so():
+    out = plan_output(LEARN_PARALLEL_SIMULATED_DEVICES="1")
+    assert out.splitlines()[0].startswith("2 devices: sim:0")
+    assert "LEARN_PARALLEL_SIMULATED_DEVICES=1 raised to 2, so a batch can be split" in out
+
+
+def test_a_bad_device_count_is_one_line_naming_the_variable():
+    done = subprocess.run(
+        [sys.executable, "-c", PLAN],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "LEARN_PARALLEL_SIMULATE": "1", "LEARN_PARALLEL_SIMULATED_DEVICES": "x"},
+    )
+    assert done.returncode != 0
+    assert "LEARN_PARALLEL_SIMULATED_DEVICES='x' is not a positive integer" in done.stderr
+
+
+def test_first_device_is_where_device_ids_none_starts():
+    assert lp.first_device() == torch.device("sim", 0)  # the tests run on simulated devices
+    assert lp.DataParallel(nn.Linear(2, 2).to(lp.first_device())).device_ids[0] in (0, "sim:0")
+
+
+def test_a_meta_layer_on_one_device_is_named_at_construction():
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8)).to(lp.first_device())
+    model[1].running_mean = torch.zeros(8, device="meta")
+    with pytest.raises(ValueError, match=r"buffer '1.running_mean' is on the meta device"):
+        lp.DataParallel(model, device_ids=[0])
