@@ -12,10 +12,16 @@ Without GPUs, every simulated device is backed by the CPU. What makes them
   tensors sit on one simulated device (or are CPU scalars, which CUDA also
   accepts), runs the operation on the CPU tensors and wraps the results on
   that device. Mixing ``sim:0`` and ``sim:1``, or ``sim:0`` and a CPU tensor,
-  raises the error a GPU raises.
-- Moving between devices (``to``, ``copy_``) always copies.
+  raises the error a GPU raises; what CUDA lets the CPU give (index tensors
+  and masks, packed-sequence lengths) it lets through.
+- Moving between devices (``to``, ``copy_``) always copies, and only to a
+  device that exists; ``torch.sim.set_device`` picks what ``"sim"`` means.
 - Each device has its own random generator, seeded by ``torch.manual_seed``
-  exactly as CUDA seeds every GPU: all with the same seed.
+  exactly as CUDA seeds every GPU: all with the same seed, on a stream that is
+  not the CPU's (`learn_parallel.simulated_random`).
+- A gradient on the wrong device is refused, as the autograd engine refuses
+  one on GPUs (`learn_parallel.simulated_grads`).
+- ``torch.save`` / ``torch.load`` (``map_location`` too) work as for CUDA tensors.
 - Each device counts the bytes of the tensors that live on it, with a peak
   that can be reset (`memory_allocated`, `max_memory_allocated`).
 - ``torch.autocast("sim")`` applies CPU autocast's rules to the common
@@ -132,7 +138,8 @@ class _Memory:
         with self.lock:
             entry = self.storages.get(key)
             if entry is None:
-                ref = weakref.ref(storage, functools.partial(self.release, key))
+                ref = _StorageRef(storage, self.release)
+                ref.key = key
                 entry = self.storages[key] = [0, ref]
             grown = nbytes - entry[0]
             if grown > 0:  # new, or resized by an out= operation
@@ -142,12 +149,19 @@ class _Memory:
                 if total > self.peak.get(index, 0):
                     self.peak[index] = total
 
-    def release(self, key: tuple[int, int], ref: Any = None) -> None:
+    def release(self, ref: _StorageRef) -> None:
+        key = ref.key
         with self.lock:
             entry = self.storages.get(key)
             if entry is not None and entry[1] is ref:
                 del self.storages[key]
                 self.allocated[key[0]] -= entry[0]
+
+
+class _StorageRef(weakref.ref):
+    """A weak reference to a storage that knows its key (cheaper than a partial per storage)."""
+
+    __slots__ = ("key",)
 
 
 _memory = _Memory()

@@ -16,7 +16,8 @@ side by side in one run:
 Each round runs every variant for a few steps, in a rotated order, so load on
 the machine hits them alike; a ratio is a variant's time over the CPU's time in
 the same round, given as the median and [min, max] over rounds. Host clock
-(``time.perf_counter``): on simulated devices the CPU does all the work.
+(``time.perf_counter``) by default: on simulated devices the CPU does all the work;
+``--clock cpu`` counts this process's CPU time, for a machine busy with other work.
 """
 
 from __future__ import annotations
@@ -121,8 +122,15 @@ def make_step(where: str, width: int, batch: int) -> Step:
     return step
 
 
-def measure(width: int = 512, batch: int = 256, rounds: int = 15, steps: int = 5) -> dict:
-    """Per variant: ms per step in each round, and its ratio to the CPU in that round."""
+def measure(
+    width: int = 512, batch: int = 256, rounds: int = 15, steps: int = 5, clock: str = "host"
+) -> dict:
+    """Per variant: ms per step in each round, and its ratio to the CPU in that round.
+
+    ``clock="cpu"`` times the process's CPU time instead of the host clock: on a machine
+    that other work keeps busy it counts only this process's work.
+    """
+    now = time.perf_counter if clock == "host" else time.process_time
     sim = Device("sim", 0).torch_device  # registers the simulated devices
     made = {
         "cpu": (make_step("cpu", width, batch), None),
@@ -136,10 +144,10 @@ def measure(width: int = 512, batch: int = 256, rounds: int = 15, steps: int = 5
         for name in names[r % len(names) :] + names[: r % len(names)]:
             step, context = made[name]
             with context() if context else _nothing():
-                start = time.perf_counter()
+                start = now()
                 for _ in range(steps):
                     step()
-                elapsed = (time.perf_counter() - start) / steps * 1e3
+                elapsed = (now() - start) / steps * 1e3
             if r:  # round 0 warms up
                 times[name].append(elapsed)
     ratios = {n: [t / c for t, c in zip(times[n], times["cpu"])] for n in names}
@@ -167,13 +175,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--steps", type=int, default=5, help="steps per variant per round")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: as set)")
+    parser.add_argument("--clock", choices=["host", "cpu"], default="host", help="cpu: CPU time")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    result = measure(args.width, args.batch, args.rounds, args.steps)
+    result = measure(args.width, args.batch, args.rounds, args.steps, args.clock)
     print(
         f"MLP step, {args.width} wide, batch {args.batch}, {torch.get_num_threads()} threads, "
-        f"torch {torch.__version__}; host clock, {args.rounds} interleaved rounds of "
+        f"torch {torch.__version__}; {args.clock} clock, {args.rounds} interleaved rounds of "
         f"{args.steps} steps"
     )
     print(table(result))
