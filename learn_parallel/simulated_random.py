@@ -114,7 +114,7 @@ class _GeneratorType(type(torch._C.Generator)):  # type: ignore[misc]
     """``torch.Generator`` with simulated devices: every generator still passes isinstance."""
 
     def __call__(cls, device: Any = "cpu") -> torch.Generator:
-        where = torch.device(device)
+        where = torch.device("cpu" if device is None else device)
         if where.type != NAME:
             return torch._C.Generator(where)
         from learn_parallel.simulated import device_index

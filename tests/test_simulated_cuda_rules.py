@@ -90,6 +90,9 @@ def test_a_generator_of_a_simulated_device():
     gen = torch.Generator(device="sim:1")
     assert gen.device == SIM[1] and isinstance(gen, torch.Generator)
     assert isinstance(torch.Generator(), torch.Generator)  # CPU generators are unchanged
+    assert torch.Generator(device="cpu").device == torch.device("cpu")
+    shuffled = torch.utils.data.DataLoader(range(6), shuffle=True, generator=torch.Generator())
+    assert sorted(int(i) for i in torch.cat(list(shuffled))) == list(range(6))
     first = torch.randn(5, device=SIM[1], generator=gen.manual_seed(5))
     assert gen.initial_seed() == 5
     state = gen.get_state()
