@@ -12,10 +12,16 @@ Without GPUs, every simulated device is backed by the CPU. What makes them
   tensors sit on one simulated device (or are CPU scalars, which CUDA also
   accepts), runs the operation on the CPU tensors and wraps the results on
   that device. Mixing ``sim:0`` and ``sim:1``, or ``sim:0`` and a CPU tensor,
-  raises the error a GPU raises.
-- Moving between devices (``to``, ``copy_``) always copies.
+  raises the error a GPU raises; what CUDA lets the CPU give (index tensors
+  and masks, packed-sequence lengths) it lets through.
+- Moving between devices (``to``, ``copy_``) always copies, and only to a
+  device that exists; ``torch.sim.set_device`` picks what ``"sim"`` means.
 - Each device has its own random generator, seeded by ``torch.manual_seed``
-  exactly as CUDA seeds every GPU: all with the same seed.
+  exactly as CUDA seeds every GPU: all with the same seed, on a stream that is
+  not the CPU's (`learn_parallel.simulated_random`).
+- A gradient on the wrong device is refused, as the autograd engine refuses
+  one on GPUs (`learn_parallel.simulated_grads`).
+- ``torch.save`` / ``torch.load`` (``map_location`` too) work as for CUDA tensors.
 - Each device counts the bytes of the tensors that live on it, with a peak
   that can be reset (`memory_allocated`, `max_memory_allocated`).
 - ``torch.autocast("sim")`` applies CPU autocast's rules to the common
@@ -41,6 +47,9 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
+from learn_parallel import simulated_grads, simulated_random
+from learn_parallel.simulated_random import draws_from, generator
+
 NAME = "sim"
 
 
@@ -51,34 +60,76 @@ def _device_count() -> int:
 
 
 # --------------------------------------------------------------------------
-# Per-device random generators and memory counters
+# The current device: what ``device="sim"`` means (torch.sim.set_device)
 # --------------------------------------------------------------------------
 
-_generators: dict[int, torch.Generator] = {}
-_seed: list[int] = []  # the last seed given to manual_seed_all, if any
+DeviceArg = int | str | torch.device | None
+_current = threading.local()  # per thread, as CUDA's current device is
 
 
-def generator(index: int) -> torch.Generator:
-    """The random generator of ``sim:index`` (created on first use)."""
-    gen = _generators.get(index)
-    if gen is None:
-        gen = torch.Generator()
-        # Like a GPU's default generator: the last manual_seed, else the CPU's initial seed.
-        gen.manual_seed(_seed[-1] if _seed else torch.initial_seed())
-        gen = _generators.setdefault(index, gen)
-    return gen
+def current_device() -> int:
+    """The index ``device="sim"`` stands for in this thread (0 until `set_device`)."""
+    return getattr(_current, "index", 0)
+
+
+def device_index(device: DeviceArg = None) -> int:
+    """The index of an existing simulated device; ``None`` or ``"sim"`` mean the current one."""
+    if isinstance(device, int):
+        index = device
+    else:
+        where = torch.device(NAME) if device is None else torch.device(device)
+        if where.type != NAME:
+            raise ValueError(f"Expected a simulated device ({NAME}:i), got {where}.")
+        index = current_device() if where.index is None else where.index
+    count = _device_count()
+    if not 0 <= index < count:
+        raise RuntimeError(
+            f"Invalid device ordinal: simulated device {NAME}:{index} does not exist: there "
+            f"are {count} (ids 0 to {count - 1}). Set LEARN_PARALLEL_SIMULATED_DEVICES to "
+            f"simulate more."
+        )
+    return index
+
+
+def set_device(device: DeviceArg) -> None:
+    """Make ``device`` the current simulated device of this thread."""
+    _current.index = device_index(device)
+
+
+class device:
+    """``with torch.sim.device(1):`` makes ``sim:1`` the current device inside (None: no change)."""
+
+    def __init__(self, device: DeviceArg) -> None:
+        self.index = None if device is None or device == -1 else device_index(device)
+
+    def __enter__(self) -> None:
+        self.previous = current_device()
+        if self.index is not None:
+            set_device(self.index)
+
+    def __exit__(self, *exc: object) -> None:
+        set_device(self.previous)
+
+
+# --------------------------------------------------------------------------
+# Per-device memory counters (random generators: learn_parallel.simulated_random)
+# --------------------------------------------------------------------------
 
 
 class _Memory:
     """Bytes of live tensor storage on each simulated device, and the peak since reset."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        # Re-entrant: a storage freed while the lock is held releases its bytes here too.
+        self.lock = threading.RLock()
         self.allocated: dict[int, int] = {}
         self.peak: dict[int, int] = {}
-        self.storages: dict[tuple[int, int], list[int]] = {}  # (index, ptr) -> [bytes, users]
+        self.storages: dict[tuple[int, int], list] = {}  # (index, ptr) -> [bytes, weak ref]
 
     def track(self, data: torch.Tensor, index: int) -> None:
+        # PyTorch keeps one Python object per storage for as long as the storage lives,
+        # so a weak reference to it says when its bytes are freed, whatever tensors or
+        # wrappers (module.to() swaps them) shared it.
         storage = data.untyped_storage()
         nbytes = storage.nbytes()
         if nbytes == 0:
@@ -87,7 +138,9 @@ class _Memory:
         with self.lock:
             entry = self.storages.get(key)
             if entry is None:
-                entry = self.storages[key] = [0, 0]
+                ref = _StorageRef(storage, self.release)
+                ref.key = key
+                entry = self.storages[key] = [0, ref]
             grown = nbytes - entry[0]
             if grown > 0:  # new, or resized by an out= operation
                 entry[0] = nbytes
@@ -95,35 +148,38 @@ class _Memory:
                 self.allocated[index] = total
                 if total > self.peak.get(index, 0):
                     self.peak[index] = total
-            entry[1] += 1
-        # On the CPU tensor, not the wrapper: module.to() swaps wrappers
-        # (torch.utils.swap_tensors), which refuses tensors with weak references.
-        weakref.finalize(data, self.release, key)
 
-    def release(self, key: tuple[int, int]) -> None:
+    def release(self, ref: _StorageRef) -> None:
+        key = ref.key
         with self.lock:
-            entry = self.storages[key]
-            entry[1] -= 1
-            if entry[1] == 0:
+            entry = self.storages.get(key)
+            if entry is not None and entry[1] is ref:
                 del self.storages[key]
                 self.allocated[key[0]] -= entry[0]
+
+
+class _StorageRef(weakref.ref):
+    """A weak reference to a storage that knows its key (cheaper than a partial per storage)."""
+
+    __slots__ = ("key",)
 
 
 _memory = _Memory()
 
 
-def memory_allocated(index: int) -> int:
-    """Bytes of tensor storage that live on ``sim:index`` now."""
-    return _memory.allocated.get(index, 0)
+def memory_allocated(device: DeviceArg = None) -> int:
+    """Bytes of tensor storage that live on a simulated device now (default: the current one)."""
+    return _memory.allocated.get(device_index(device), 0)
 
 
-def max_memory_allocated(index: int) -> int:
-    """The most bytes ``sim:index`` held at once since the last reset."""
-    return _memory.peak.get(index, 0)
+def max_memory_allocated(device: DeviceArg = None) -> int:
+    """The most bytes a simulated device held at once since the last reset."""
+    return _memory.peak.get(device_index(device), 0)
 
 
-def reset_peak_memory_stats(index: int) -> None:
-    """Start the peak of ``sim:index`` again from what it holds now."""
+def reset_peak_memory_stats(device: DeviceArg = None) -> None:
+    """Start the peak of a simulated device again from what it holds now."""
+    index = device_index(device)
     with _memory.lock:
         _memory.peak[index] = _memory.allocated.get(index, 0)
 
@@ -153,17 +209,21 @@ _CPU_ARGUMENT = {
     _aten._pack_padded_sequence_backward.default: 2,
 }
 _CPU_RESULT = {_aten._pack_padded_sequence.default: 1}
-_takes_generator: dict[Any, bool] = {}
+# Indexing, reading and writing: CUDA takes index tensors and boolean masks on the
+# CPU (argument 1, a list) as well as on the indexed tensor's device.
+_INDEXING = {
+    _aten.index.Tensor,
+    _aten.index_put.default,
+    _aten.index_put_.default,
+    _aten._index_put_impl_.default,
+    _aten._unsafe_index.Tensor,
+    _aten._unsafe_index_put.default,
+}
 
 
-def _has_generator(func: Any) -> bool:
-    known = _takes_generator.get(func)
-    if known is None:
-        known = any(a.name == "generator" for a in func._schema.arguments)
-        _takes_generator[func] = known
-    return known
+_devices: dict[int, torch.device] = {}  # torch.device("sim", i), made once
 
-
+_NEW_TENSOR = torch.Tensor.new_tensor
 # How ``tensor.data = other`` reaches __torch_function__.
 _SET_DATA = torch._C.TensorBase.data.__set__
 
@@ -175,7 +235,10 @@ class SimTensor(torch.Tensor):
     _index: int
 
     @staticmethod
-    def __new__(cls, data: torch.Tensor, index: int) -> SimTensor:
+    def __new__(cls, data: torch.Tensor, index: int, *, track: bool = True) -> SimTensor:
+        device = _devices.get(index)
+        if device is None:
+            device = _devices[index] = torch.device(NAME, index)
         wrapper = torch.Tensor._make_wrapper_subclass(
             cls,
             data.size(),
@@ -183,12 +246,13 @@ class SimTensor(torch.Tensor):
             storage_offset=data.storage_offset(),
             dtype=data.dtype,
             layout=data.layout,
-            device=torch.device(NAME, index),
+            device=device,
             requires_grad=data.requires_grad,
         )
         wrapper._data = data
         wrapper._index = index
-        _memory.track(data, index)
+        if track:  # views of a simulated tensor share its storage, counted already
+            _memory.track(data, index)
         return wrapper
 
     @classmethod
@@ -203,6 +267,10 @@ class SimTensor(torch.Tensor):
                 args, kwargs = _cast((args, kwargs), dtype)
         if func in _HOOK_REGISTRARS and len(args) > 1:
             args = (args[0], _guarded_hook(args[1]), *args[2:])
+        elif func is _NEW_TENSOR and kwargs.get("device") is None:
+            # PyTorch makes it under a device guard, which a backend written in Python
+            # cannot set: name the device, so it lands on the tensor's, as on GPUs.
+            kwargs = {**kwargs, "device": args[0].device}
         with torch._C.DisableTorchFunctionSubclass():
             result = func(*args, **kwargs)
         if func == _SET_DATA and isinstance(args[1], SimTensor):  # `==`: a new wrapper per access
@@ -255,46 +323,53 @@ class SimTensor(torch.Tensor):
         return new
 
     def __reduce_ex__(self, protocol: int) -> tuple:
-        return (_rebuild, (self._data.detach(), self._index, self.requires_grad))
+        # Saved as PyTorch saves a tensor of a backend without storage: its CPU copy and
+        # device. torch.load (weights-only too) rebuilds it there, or where map_location says.
+        rebuild = torch._utils._rebuild_device_tensor_from_cpu_tensor
+        return (rebuild, (self._data.detach(), self.dtype, str(self.device), self.requires_grad))
+
+    def numpy(self, *, force: bool = False) -> Any:
+        if force:  # numpy(force=True) copies to the host, as for a CUDA tensor
+            return self.cpu().numpy()
+        raise TypeError(
+            f"can't convert {self.device} device type tensor to numpy. "
+            f"Use Tensor.cpu() to copy the tensor to host memory first."
+        )
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        plan = _plans.get(id(func)) or _plan(func)
         # id(what the CPU sees) -> the argument, so in-place results come back as given.
         given: dict[int, torch.Tensor] = {}
         found: list[Any] = []  # every tensor's device: a sim index (int) or a torch.device
-        cpu_at = _CPU_ARGUMENT.get(func)
-        on_cpu = args[cpu_at] if cpu_at is not None and len(args) > cpu_at else None
-        if isinstance(on_cpu, torch.Tensor) and not isinstance(on_cpu, SimTensor):
-            args = (*args[:cpu_at], None, *args[cpu_at + 1 :])  # not checked against the rest
-        args = _unwrap(args, given, found)
-        if isinstance(on_cpu, torch.Tensor) and not isinstance(on_cpu, SimTensor):
-            args = (*args[:cpu_at], on_cpu, *args[cpu_at + 1 :])
-        kwargs = {k: _unwrap(v, given, found) for k, v in kwargs.items()}
-        here = next(d for d in found if type(d) is int)
-        if func not in _TRANSFERS:
-            other = next((d for d in found if d != here), None)
-            if other is not None:
-                raise RuntimeError(
-                    f"Expected all tensors to be on the same device, but found at least "
-                    f"two devices, {NAME}:{here} and {_name(other)}! (in {func.__name__}) "
-                    f"Move them to one device first, e.g. with .to('{NAME}:{here}')."
-                )
+        unwrapped = _unwrap_arguments(args, plan, given, found)
+        kwargs = {k: _unwrap(v, given, found) for k, v in kwargs.items()} if kwargs else {}
+        here = found[0] if type(found[0]) is int else next(d for d in found if type(d) is int)
+        if not plan.transfer:
+            for other in found:
+                if other != here:
+                    if plan.foreach and len({t.device for t in args[0]}) > 1:
+                        # As CUDA: lists that span devices take a slower path, a device at a time.
+                        return _foreach_per_device(func, args, kwargs, given)
+                    raise RuntimeError(
+                        f"Expected all tensors to be on the same device, but found at least "
+                        f"two devices, {NAME}:{here} and {_name(other)}! (in {func.__name__}) "
+                        f"Move them to one device first, e.g. with .to('{NAME}:{here}')."
+                    )
         target: Any = here
-        if kwargs.get("device") is not None:
+        if plan.device and kwargs.get("device") is not None:
             wanted = torch.device(kwargs["device"])
             if wanted.type == NAME:
-                target = wanted.index or 0
+                target = device_index(wanted)  # an index that does not exist fails here
                 kwargs["device"] = torch.device("cpu")  # computed on the CPU, then wrapped
             else:
                 target = wanted
-        if _has_generator(func) and kwargs.get("generator") is None:
-            kwargs["generator"] = generator(here)
-        draw = _RANDOM_WITHOUT_GENERATOR.get(func.overloadpacket)
-        if draw is not None:  # random, but no generator argument to hand the device's in
-            out = draw(func, args, kwargs, generator(here))
+        if plan.generator:
+            kwargs["generator"] = draws_from(kwargs.get("generator"), here)
+        if plan.draw is not None:  # random, but no generator argument to hand the device's in
+            out = plan.draw(func, unwrapped, kwargs, generator(here))
         else:
-            out = _ACCELERATOR_ONLY.get(func, func)(*args, **kwargs)
+            out = plan.kernel(*unwrapped, **kwargs)
         if "out" in kwargs:
             for wrapper in [given[id(t)] for t in tree_flatten(kwargs["out"])[0]]:
                 if isinstance(wrapper, SimTensor) and wrapper.shape != wrapper._data.shape:
@@ -302,14 +377,21 @@ class SimTensor(torch.Tensor):
                         f"{func.__name__}: an out= tensor on a simulated device cannot be "
                         f"resized; pass one of the result's shape, or drop out=."
                     )
-        if func.overloadpacket in _METADATA_IN_PLACE:
+        if plan.metadata_in_place:
             # transpose_ and friends changed the CPU tensor's shape: give the wrapper
             # the same shape (these only touch metadata, so they run on it as well).
             with torch._C._DisableTorchDispatch():
-                func(given[id(args[0])], *args[1:], **kwargs)
-        result = _wrap(out, given, target if type(target) is int else None)
-        stays = _CPU_RESULT.get(func)
-        if stays is not None:  # e.g. batch_sizes: on the CPU, as CUDA gives it
+                func(given[id(unwrapped[0])], *unwrapped[1:], **kwargs)
+        if type(target) is not int:
+            result = _wrap(out, given, None, False)
+        elif isinstance(out, torch.Tensor):  # the common case, without the recursion
+            result = given.get(id(out))
+            if result is None:
+                result = SimTensor(out, target, track=not plan.view)
+        else:
+            result = _wrap(out, given, target, not plan.view)
+        if plan.cpu_result is not None:  # e.g. batch_sizes: on the CPU, as CUDA gives it
+            stays = plan.cpu_result
             result = (*result[:stays], out[stays], *result[stays + 1 :])
         return result
 
@@ -364,15 +446,35 @@ def _unwrap(x: Any, given: dict, found: list) -> Any:
     return x
 
 
-def _wrap(x: Any, given: dict, index: int | None) -> Any:
+def _unwrap_arguments(args: tuple, plan: _Plan, given: dict, found: list) -> list:
+    """The positional arguments unwrapped; some may stay on the CPU (see `_Plan`)."""
+    unwrapped = []
+    for position, x in enumerate(args):
+        if isinstance(x, SimTensor):  # the common case first
+            given[id(x._data)] = x
+            found.append(x._index)
+            x = x._data
+        elif position == plan.cpu_argument and isinstance(x, torch.Tensor):
+            pass  # on the CPU by design: not checked against the rest
+        elif position == 1 and plan.indexing and x is not None:
+            on = []  # index tensors: on the CPU or on the indexed tensor's device
+            x = _unwrap(x, given, on)
+            found.extend(d for d in on if type(d) is int)
+        else:
+            x = _unwrap(x, given, found)
+        unwrapped.append(x)
+    return unwrapped
+
+
+def _wrap(x: Any, given: dict, index: int | None, track: bool = True) -> Any:
     """CPU results put on ``sim:index`` (left as they are for index None)."""
     if isinstance(x, torch.Tensor):
         same = given.get(id(x))  # an in-place operation returns its argument
         if same is not None:
             return same
-        return x if index is None else SimTensor(x, index)
+        return x if index is None else SimTensor(x, index, track=track)
     if type(x) is list or type(x) is tuple:
-        return type(x)(_wrap(v, given, index) for v in x)
+        return type(x)(_wrap(v, given, index, track) for v in x)
     return x
 
 
@@ -488,6 +590,78 @@ _RANDOM_WITHOUT_GENERATOR = {
 }
 
 
+class _Plan:
+    """What `SimTensor.__torch_dispatch__` needs to know about one operation, worked out once."""
+
+    __slots__ = (
+        "func",
+        "transfer",
+        "cpu_argument",
+        "cpu_result",
+        "indexing",
+        "foreach",
+        "device",
+        "generator",
+        "draw",
+        "kernel",
+        "metadata_in_place",
+        "view",
+    )
+
+    def __init__(self, func: Any) -> None:
+        names = {a.name for a in func._schema.arguments}
+        self.func = func  # kept alive, so its id() stays its own
+        self.transfer = func in _TRANSFERS
+        self.cpu_argument = _CPU_ARGUMENT.get(func)
+        self.cpu_result = _CPU_RESULT.get(func)
+        self.indexing = func in _INDEXING
+        self.foreach = func.__name__.startswith("_foreach_")
+        self.device = "device" in names
+        self.generator = "generator" in names
+        self.draw = _RANDOM_WITHOUT_GENERATOR.get(func.overloadpacket)
+        self.kernel = _ACCELERATOR_ONLY.get(func, func)
+        self.metadata_in_place = func.overloadpacket in _METADATA_IN_PLACE
+        # A view shares its input's storage, already counted: no memory tracking needed.
+        returns = func._schema.returns
+        self.view = bool(returns) and returns[0].alias_info is not None
+
+
+_plans: dict[int, _Plan] = {}
+
+
+def _plan(func: Any) -> _Plan:
+    plan = _plans[id(func)] = _Plan(func)
+    return plan
+
+
+def _foreach_per_device(func: Any, args: tuple, kwargs: dict, given: dict) -> Any:
+    """A foreach operation over lists that span devices, run once per device, as CUDA does."""
+    lists = [i for i, a in enumerate(args) if type(a) in (list, tuple) and len(a) == len(args[0])]
+    groups: dict[Any, list[int]] = {}
+    for i, t in enumerate(args[0]):
+        groups.setdefault(t.device, []).append(i)
+    kwargs = {k: given.get(id(v), v) for k, v in kwargs.items()}  # wrapped again
+    results: list[Any] = [None] * len(args[0])
+    for picked in groups.values():
+        part = [[a[i] for i in picked] if n in lists else a for n, a in enumerate(args)]
+        out = func(*part, **kwargs)
+        for i, r in zip(picked, out or ()):
+            results[i] = r
+    return results if func._schema.returns else None  # in-place ones return nothing
+
+
+def _load_payload(storage: Any, location: str) -> Any:
+    """Where torch.load puts a storage that ``map_location`` sends to a simulated device.
+
+    A simulated tensor is saved as a CPU tensor and its device (`SimTensor.__reduce_ex__`),
+    and rebuilt from it on the mapped device: the CPU storage underneath stays on the CPU.
+    """
+    if location == NAME or location.startswith(NAME + ":"):
+        return storage
+    return None  # not ours: PyTorch's own rules
+
+
+# How files saved by earlier versions (torch.load(..., weights_only=False)) rebuild their tensors.
 def _rebuild(data: torch.Tensor, index: int, requires_grad: bool) -> SimTensor:
     enable()
     return SimTensor(data, index).requires_grad_(requires_grad)
@@ -499,14 +673,7 @@ def _rebuild(data: torch.Tensor, index: int, requires_grad: bool) -> SimTensor:
 
 
 def _index_of(device: torch.device | None) -> int:
-    index = 0 if device is None or device.index is None else device.index
-    count = _device_count()
-    if not 0 <= index < count:
-        raise RuntimeError(
-            f"Simulated device {NAME}:{index} does not exist: there are {count} "
-            f"(ids 0 to {count - 1}). Set LEARN_PARALLEL_SIMULATED_DEVICES to simulate more."
-        )
-    return index
+    return device_index(device)
 
 
 def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
@@ -556,7 +723,7 @@ def _copy_from(self: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False
 class _DeviceModule:
     """What PyTorch asks a backend for (``torch.sim``), answered for simulated devices."""
 
-    _current = threading.local()
+    _initialized = True  # what torch.utils.checkpoint asks before saving the devices' states
 
     @staticmethod
     def is_available() -> bool:
@@ -574,24 +741,39 @@ class _DeviceModule:
     def device_count() -> int:
         return _device_count()
 
-    @classmethod
-    def current_device(cls) -> int:
-        return getattr(cls._current, "index", 0)
-
-    @classmethod
-    def set_device(cls, index: int) -> None:
-        cls._current.index = _index_of(torch.device(NAME, index))
+    current_device = staticmethod(current_device)
+    set_device = staticmethod(set_device)
+    device = device
 
     @staticmethod
     def manual_seed(seed: int) -> None:
-        generator(_DeviceModule.current_device()).manual_seed(int(seed))
+        generator(current_device()).manual_seed(int(seed))
 
     @staticmethod
     def manual_seed_all(seed: int) -> None:
-        # As CUDA does: every device's generator gets the same seed.
-        _seed[:] = [int(seed)]
-        for gen in _generators.values():
-            gen.manual_seed(int(seed))
+        simulated_random.manual_seed_all(seed)  # as CUDA: every device gets the same seed
+
+    @staticmethod
+    def initial_seed() -> int:
+        return generator(current_device()).initial_seed()
+
+    # What torch.random.fork_rng and torch.utils.checkpoint save and restore.
+    @staticmethod
+    def get_rng_state(device: DeviceArg = NAME) -> torch.Tensor:
+        return generator(device_index(device)).get_state()
+
+    @staticmethod
+    def set_rng_state(new_state: torch.Tensor, device: DeviceArg = NAME) -> None:
+        generator(device_index(device)).set_state(new_state)
+
+    @staticmethod
+    def get_rng_state_all() -> list[torch.Tensor]:
+        return [generator(i).get_state() for i in range(_device_count())]
+
+    @staticmethod
+    def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
+        for i, state in enumerate(new_states):
+            generator(i).set_state(state)
 
     @staticmethod
     def get_amp_supported_dtype() -> list[torch.dtype]:
@@ -653,6 +835,9 @@ def enable() -> None:
         autocast = torch.library.Library("_", "IMPL")
         autocast.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
         _patch_backward()
+        simulated_grads.install()
+        simulated_random.install()
+        torch.serialization.register_package(15, lambda storage: None, _load_payload)
         _library.extend([library, autocast])
 
 
@@ -669,11 +854,12 @@ def _patch_backward() -> None:
 
     original = graph._engine_run_backward
 
-    def run_backward(*args: Any, **kwargs: Any) -> Any:
+    def run_backward(outputs: Any, grads: Any = None, *args: Any, **kwargs: Any) -> Any:
+        grads = simulated_grads.check_given(outputs, grads)  # the engine skips subclasses
         outer, _hook_error.error = getattr(_hook_error, "error", None), None
         try:
             with torch.autograd.set_multithreading_enabled(False):
-                return original(*args, **kwargs)
+                return original(outputs, grads, *args, **kwargs)
         except RuntimeError:
             error = _hook_error.error
             if error is None:

@@ -163,5 +163,5 @@ def test_scatter_and_gather_gradcheck_and_gradgradcheck():
 def test_gather_backward_sends_each_slice_back():
     a = torch.zeros(2, requires_grad=True)
     b = torch.zeros(3, requires_grad=True)
-    lp.gather([a, b], 0).backward(torch.arange(5.0))
+    lp.gather([a, b], 0).backward(torch.arange(5.0, device="sim:0"))  # on the output's device
     assert a.grad.tolist() == [0.0, 1.0] and b.grad.tolist() == [2.0, 3.0, 4.0]
