@@ -164,6 +164,34 @@ def _has_generator(func: Any) -> bool:
     return known
 
 
+def _normal_in_inference_mode(data: torch.Tensor) -> bool:
+    """True for a CPU tensor that is not an inference tensor although inference mode is on.
+
+    Under ``torch.inference_mode()`` a view of a normal tensor is a normal tensor (its
+    version counter is its base's); a wrapper made there would be an inference tensor,
+    which PyTorch refuses to give the base's version counter. So it is made outside.
+    """
+    return torch.is_inference_mode_enabled() and not data.is_inference()
+
+
+# Composite operations that reach __torch_dispatch__ undecomposed under inference mode
+# (no autograd step to decompose them first), answered on the wrappers themselves. Run
+# on the CPU tensor, ``x.to("sim:1")`` would see a CPU-to-CPU no-op and give back ``x``
+# itself (decomposed, it is a _to_copy), and module.to() would be told that a CPU and a
+# simulated tensor can share ``.data``.
+def _decomposed(func: Any, *args: Any, **kwargs: Any) -> Any:
+    return func.decompose(*args, **kwargs)
+
+
+def _same_kind(func: Any, a: torch.Tensor, b: torch.Tensor) -> bool:
+    return isinstance(a, SimTensor) == isinstance(b, SimTensor)
+
+
+_UNDECOMPOSED = {op: _decomposed for op in (_aten.to.dtype_layout, _aten.to.device)}
+_UNDECOMPOSED |= {_aten.to.dtype: _decomposed, _aten.to.other: _decomposed}
+_UNDECOMPOSED[_aten._has_compatible_shallow_copy_type.default] = _same_kind
+
+
 # How ``tensor.data = other`` reaches __torch_function__.
 _SET_DATA = torch._C.TensorBase.data.__set__
 
@@ -176,6 +204,9 @@ class SimTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, data: torch.Tensor, index: int) -> SimTensor:
+        if _normal_in_inference_mode(data):
+            with torch.inference_mode(False):  # a view of a normal tensor: normal, as on the CPU
+                return SimTensor(data, index)
         wrapper = torch.Tensor._make_wrapper_subclass(
             cls,
             data.size(),
@@ -260,6 +291,9 @@ class SimTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        undecomposed = _UNDECOMPOSED.get(func)
+        if undecomposed is not None:  # only under inference mode: see _UNDECOMPOSED
+            return undecomposed(func, *args, **kwargs)
         # id(what the CPU sees) -> the argument, so in-place results come back as given.
         given: dict[int, torch.Tensor] = {}
         found: list[Any] = []  # every tensor's device: a sim index (int) or a torch.device
@@ -470,8 +504,13 @@ def _gru_cell_backward(grad_hy, workspace, has_bias):
     return grad_input, grad_hidden, grad_hy * z, *biases
 
 
+def _record_stream(tensor: torch.Tensor, stream: Any) -> None:
+    """``record_stream`` (torch's Scatter calls it): no caching allocator to tell, no streams."""
+
+
 # Accelerator-only operations, written out for the CPU tensors behind simulated ones.
 _ACCELERATOR_ONLY = {
+    _aten.record_stream.default: _record_stream,
     _aten._thnn_fused_gru_cell.default: _gru_cell,
     _aten._thnn_fused_gru_cell_backward.default: _gru_cell_backward,
     _aten._thnn_fused_lstm_cell.default: _lstm_cell,
@@ -653,7 +692,16 @@ def enable() -> None:
         autocast = torch.library.Library("_", "IMPL")
         autocast.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
         _patch_backward()
+        _install_torch_collectives()
+        _patch_swap_tensors()
         _library.extend([library, autocast])
+
+
+def _install_torch_collectives() -> None:
+    """Let torch's own DataParallel run here too: see `learn_parallel.simulated_comm`."""
+    from learn_parallel import simulated_comm
+
+    simulated_comm.install()
 
 
 def _patch_backward() -> None:
@@ -684,3 +732,32 @@ def _patch_backward() -> None:
 
     graph._engine_run_backward = run_backward
     torch.autograd._engine_run_backward = run_backward
+
+
+def _patch_swap_tensors() -> None:
+    """``module.to("sim:2")`` while an autograd graph still holds a weight: a clear refusal.
+
+    PyTorch moves the parameters of a tensor subclass with `torch.utils.swap_tensors`
+    (on GPUs ``param.data = moved`` is used instead, and a live graph keeps the storage
+    it saved). The swap refuses a tensor that a graph has saved, with a message about
+    use counts; this says what to do instead. Where torch allows the swap (only the
+    tensor's gradient accumulator holds it), nothing changes.
+    """
+    import torch.utils
+
+    original = torch.utils.swap_tensors
+
+    def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
+        held = t1._use_count() > 2 or (t1._use_count() == 2 and not t1.is_leaf)
+        if held and (isinstance(t1, SimTensor) or isinstance(t2, SimTensor)):
+            raise RuntimeError(
+                f"Cannot move a {tuple(t1.shape)} tensor from {t1.device} to {t2.device} "
+                f"while an autograd graph has saved it (on GPUs the move works and the old "
+                f"graph keeps the old storage; simulated devices cannot do that). Call "
+                f"backward() on the output, or `del` it, before module.to('{t2.device}'), "
+                f"and move again: submodules before this one may have moved already."
+            )
+        original(t1, t2)
+
+    swap_tensors.__wrapped__ = original  # type: ignore[attr-defined]
+    torch.utils.swap_tensors = swap_tensors
