@@ -164,14 +164,11 @@ def _has_generator(func: Any) -> bool:
     return known
 
 
-def _normal_in_inference_mode(data: torch.Tensor) -> bool:
-    """True for a CPU tensor that is not an inference tensor although inference mode is on.
-
-    Under ``torch.inference_mode()`` a view of a normal tensor is a normal tensor (its
-    version counter is its base's); a wrapper made there would be an inference tensor,
-    which PyTorch refuses to give the base's version counter. So it is made outside.
-    """
-    return torch.is_inference_mode_enabled() and not data.is_inference()
+# Inference mode (SimTensor.__new__): under ``torch.inference_mode()`` a view of a normal
+# tensor is a normal tensor (its version counter is its base's); a wrapper made there would be
+# an inference tensor, which PyTorch refuses to give the base's version counter. So the
+# wrapper of a CPU tensor that is not an inference tensor is made outside inference mode.
+_inference_mode = torch.is_inference_mode_enabled
 
 
 # Composite operations that reach __torch_dispatch__ undecomposed under inference mode
@@ -204,7 +201,7 @@ class SimTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, data: torch.Tensor, index: int) -> SimTensor:
-        if _normal_in_inference_mode(data):
+        if _inference_mode() and not data.is_inference():  # see _inference_mode
             with torch.inference_mode(False):  # a view of a normal tensor: normal, as on the CPU
                 return SimTensor(data, index)
         wrapper = torch.Tensor._make_wrapper_subclass(
@@ -291,9 +288,8 @@ class SimTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        undecomposed = _UNDECOMPOSED.get(func)
-        if undecomposed is not None:  # only under inference mode: see _UNDECOMPOSED
-            return undecomposed(func, *args, **kwargs)
+        if _inference_mode() and func in _UNDECOMPOSED:  # see _UNDECOMPOSED
+            return _UNDECOMPOSED[func](func, *args, **kwargs)
         # id(what the CPU sees) -> the argument, so in-place results come back as given.
         given: dict[int, torch.Tensor] = {}
         found: list[Any] = []  # every tensor's device: a sim index (int) or a torch.device
@@ -740,22 +736,26 @@ def _patch_swap_tensors() -> None:
     PyTorch moves the parameters of a tensor subclass with `torch.utils.swap_tensors`
     (on GPUs ``param.data = moved`` is used instead, and a live graph keeps the storage
     it saved). The swap refuses a tensor that a graph has saved, with a message about
-    use counts; this says what to do instead. Where torch allows the swap (only the
-    tensor's gradient accumulator holds it), nothing changes.
+    use counts, and poisons the graph of one that only a gradient accumulator holds; a
+    backward pass over simulated tensors that meets such a poisoned node ends the
+    process. So any graph that holds a simulated tensor, or has saved one that is moved
+    onto a simulated device, makes the move fail here, saying how to free the graph.
     """
     import torch.utils
 
     original = torch.utils.swap_tensors
 
     def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
-        held = t1._use_count() > 2 or (t1._use_count() == 2 and not t1.is_leaf)
-        if held and (isinstance(t1, SimTensor) or isinstance(t2, SimTensor)):
+        uses = t1._use_count()
+        saved = uses > 2 or (uses == 2 and not t1.is_leaf)
+        if (saved and isinstance(t2, SimTensor)) or (uses > 1 and isinstance(t1, SimTensor)):
             raise RuntimeError(
                 f"Cannot move a {tuple(t1.shape)} tensor from {t1.device} to {t2.device} "
-                f"while an autograd graph has saved it (on GPUs the move works and the old "
-                f"graph keeps the old storage; simulated devices cannot do that). Call "
-                f"backward() on the output, or `del` it, before module.to('{t2.device}'), "
-                f"and move again: submodules before this one may have moved already."
+                f"while an autograd graph holds it (on GPUs the move works and the old graph "
+                f"keeps the old storage; simulated devices cannot do that). Free the graph "
+                f"first: call backward() on the output if you need its gradients, `del` the "
+                f"outputs and losses that hold the graph, then module.to('{t2.device}') "
+                f"again (submodules before this one may have moved already)."
             )
         original(t1, t2)
 

@@ -73,22 +73,28 @@ def test_moving_a_module_whose_weight_a_live_graph_saved_says_what_to_do(source,
     output = module(torch.randn(8, 4).to(source))
     with pytest.raises(RuntimeError, match="Couldn't swap BatchNorm1d.weight") as caught:
         module.to(target)
-    assert "Call backward() on the output, or `del` it" in str(caught.value.__cause__)
+    assert "Free the graph first: call backward()" in str(caught.value.__cause__)
+    assert "`del` the outputs and losses" in str(caught.value.__cause__)
     assert {p.device for p in module.parameters()} == {torch.device(source)}
     output.sum().backward()  # the graph is whole: nothing was poisoned or moved
     assert module.weight.grad.device == torch.device(source)
-    module.to(target)  # backward freed what the graph saved: the move works
+    del output
+    module.to(target)  # no graph holds the weights now: the move works
     assert {p.device for p in module.parameters()} == {torch.device(target)}
     assert module.weight.grad.device == torch.device(target)
 
 
-def test_moving_a_module_after_backward_keeps_each_parameter_object():
-    """CUDA: module.to() keeps the Parameter objects (tied weights stay tied)."""
+def test_a_loss_kept_after_backward_still_blocks_a_move_between_simulated_devices():
+    """CUDA: the move works. Simulated: the kept loss's graph would be poisoned, and a
+    backward over a poisoned graph of simulated tensors ends the process: refused."""
     torch.manual_seed(1)
     module = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)).to("sim:0")
     weight = module[0].weight
     loss = module(torch.randn(8, 3).to("sim:0")).sum()
-    loss.backward()  # `loss` still holds the graph, but nothing it saved
+    loss.backward()
+    with pytest.raises(RuntimeError, match="Couldn't swap Linear.weight"):
+        module.to("sim:3")
+    del loss
     module.to("sim:3")
     assert module[0].weight is weight and weight.device == torch.device("sim:3")
     module(torch.randn(8, 3).to("sim:3")).sum().backward()
