@@ -25,6 +25,7 @@ finished when it returns) and bandwidth.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -245,6 +246,13 @@ def gather(
             )
     expected[dim] = sum(t.size(dim) for t in tensors)
     if out is None:
+        if destination == -1:  # torch's own warning, word for word
+            warnings.warn(
+                "Using -1 to represent CPU tensor is deprecated. Please use a "
+                'device object or string instead, e.g., "cpu".',
+                FutureWarning,
+                stacklevel=2,
+            )
         index = _get_device_index(destination, allow_cpu=True, optional=True)
         target = torch.device("cpu") if index == -1 else _on(index)
         formats = {_memory_format(t) for t in tensors}
@@ -336,10 +344,3 @@ def install() -> None:
         nccl.is_available = _nccl_is_available
         for name in NCCL_NAMES:
             setattr(nccl, name, _nccl_refusing(name))
-
-
-def installed_functions() -> dict[str, Callable[..., Any]]:
-    """What ``torch.nn.parallel.comm`` holds now, by name (for tests and the book)."""
-    import torch.nn.parallel.comm as comm
-
-    return {name: getattr(comm, name) for name in COMM_NAMES}

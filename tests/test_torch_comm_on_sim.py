@@ -141,6 +141,26 @@ def test_comm_functions_return_what_cuda_returns():
         comm.gather([a[0, 0], a[0, 1].to("sim:1")], 0, 0)
 
 
+def test_the_out_variants_fill_the_given_tensors():
+    a = torch.arange(6.0).view(3, 2).to("sim:0")
+    copies = [torch.empty(3, 2).to(f"sim:{i}") for i in (1, 2)]
+    assert comm.broadcast(a, out=copies) == copies
+    assert all(torch.equal(c.cpu(), a.cpu()) for c in copies)
+    pieces = [torch.empty(1, 2).to("sim:1"), torch.empty(2, 2).to("sim:2")]
+    comm.scatter(a, out=pieces)
+    assert torch.equal(torch.cat([p.cpu() for p in pieces]), a.cpu())
+    joined = torch.empty(3, 2).to("sim:3")
+    assert comm.gather(pieces, out=joined) is joined and torch.equal(joined.cpu(), a.cpu())
+    with pytest.raises(RuntimeError, match="Expected 3, but got total size 2"):
+        comm.scatter(a, out=pieces[:1] + [torch.empty(1, 2).to("sim:2")])
+
+
+def test_gathering_to_minus_one_warns_as_torch_does():
+    pieces = [torch.ones(2).to("sim:0"), torch.ones(2).to("sim:1")]
+    with pytest.warns(FutureWarning, match="Using -1 to represent CPU tensor is deprecated"):
+        assert comm.gather(pieces, 0, -1).device == torch.device("cpu")
+
+
 def test_reduce_add_sums_in_device_order_without_an_nccl_warning(recwarn):
     parts = [torch.full((3,), float(i + 1)).to(f"sim:{i}") for i in DEVICES]
     total = comm.reduce_add(parts, destination=1)
