@@ -224,6 +224,32 @@ _INDEXING = {
 _devices: dict[int, torch.device] = {}  # torch.device("sim", i), made once
 
 _NEW_TENSOR = torch.Tensor.new_tensor
+
+# Inference mode (SimTensor.__new__): under ``torch.inference_mode()`` a view of a normal
+# tensor is a normal tensor (its version counter is its base's); a wrapper made there would be
+# an inference tensor, which PyTorch refuses to give the base's version counter. So the
+# wrapper of a CPU tensor that is not an inference tensor is made outside inference mode.
+_inference_mode = torch.is_inference_mode_enabled
+
+
+# Composite operations that reach __torch_dispatch__ undecomposed under inference mode
+# (no autograd step to decompose them first), answered on the wrappers themselves. Run
+# on the CPU tensor, ``x.to("sim:1")`` would see a CPU-to-CPU no-op and give back ``x``
+# itself (decomposed, it is a _to_copy), and module.to() would be told that a CPU and a
+# simulated tensor can share ``.data``.
+def _decomposed(func: Any, *args: Any, **kwargs: Any) -> Any:
+    return func.decompose(*args, **kwargs)
+
+
+def _same_kind(func: Any, a: torch.Tensor, b: torch.Tensor) -> bool:
+    return isinstance(a, SimTensor) == isinstance(b, SimTensor)
+
+
+_UNDECOMPOSED = {op: _decomposed for op in (_aten.to.dtype_layout, _aten.to.device)}
+_UNDECOMPOSED |= {_aten.to.dtype: _decomposed, _aten.to.other: _decomposed}
+_UNDECOMPOSED[_aten._has_compatible_shallow_copy_type.default] = _same_kind
+
+
 # How ``tensor.data = other`` reaches __torch_function__.
 _SET_DATA = torch._C.TensorBase.data.__set__
 
@@ -236,6 +262,9 @@ class SimTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, data: torch.Tensor, index: int, *, track: bool = True) -> SimTensor:
+        if _inference_mode() and not data.is_inference():  # see _inference_mode
+            with torch.inference_mode(False):  # a view of a normal tensor: normal, as on the CPU
+                return SimTensor(data, index, track=track)
         device = _devices.get(index)
         if device is None:
             device = _devices[index] = torch.device(NAME, index)
@@ -338,6 +367,8 @@ class SimTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if _inference_mode() and func in _UNDECOMPOSED:  # see _UNDECOMPOSED
+            return _UNDECOMPOSED[func](func, *args, **(kwargs or {}))
         plan = _plans.get(id(func)) or _plan(func)
         # id(what the CPU sees) -> the argument, so in-place results come back as given.
         given: dict[int, torch.Tensor] = {}
@@ -572,8 +603,13 @@ def _gru_cell_backward(grad_hy, workspace, has_bias):
     return grad_input, grad_hidden, grad_hy * z, *biases
 
 
+def _record_stream(tensor: torch.Tensor, stream: Any) -> None:
+    """``record_stream`` (torch's Scatter calls it): no caching allocator to tell, no streams."""
+
+
 # Accelerator-only operations, written out for the CPU tensors behind simulated ones.
 _ACCELERATOR_ONLY = {
+    _aten.record_stream.default: _record_stream,
     _aten._thnn_fused_gru_cell.default: _gru_cell,
     _aten._thnn_fused_gru_cell_backward.default: _gru_cell_backward,
     _aten._thnn_fused_lstm_cell.default: _lstm_cell,
@@ -838,7 +874,16 @@ def enable() -> None:
         simulated_grads.install()
         simulated_random.install()
         torch.serialization.register_package(15, lambda storage: None, _load_payload)
+        _install_torch_collectives()
+        _patch_swap_tensors()
         _library.extend([library, autocast])
+
+
+def _install_torch_collectives() -> None:
+    """Let torch's own DataParallel run here too: see `learn_parallel.simulated_comm`."""
+    from learn_parallel import simulated_comm
+
+    simulated_comm.install()
 
 
 def _patch_backward() -> None:
@@ -870,3 +915,36 @@ def _patch_backward() -> None:
 
     graph._engine_run_backward = run_backward
     torch.autograd._engine_run_backward = run_backward
+
+
+def _patch_swap_tensors() -> None:
+    """``module.to("sim:2")`` while an autograd graph still holds a weight: a clear refusal.
+
+    PyTorch moves the parameters of a tensor subclass with `torch.utils.swap_tensors`
+    (on GPUs ``param.data = moved`` is used instead, and a live graph keeps the storage
+    it saved). The swap refuses a tensor that a graph has saved, with a message about
+    use counts, and poisons the graph of one that only a gradient accumulator holds; a
+    backward pass over simulated tensors that meets such a poisoned node ends the
+    process. So any graph that holds a simulated tensor, or has saved one that is moved
+    onto a simulated device, makes the move fail here, saying how to free the graph.
+    """
+    import torch.utils
+
+    original = torch.utils.swap_tensors
+
+    def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
+        uses = t1._use_count()
+        saved = uses > 2 or (uses == 2 and not t1.is_leaf)
+        if (saved and isinstance(t2, SimTensor)) or (uses > 1 and isinstance(t1, SimTensor)):
+            raise RuntimeError(
+                f"Cannot move a {tuple(t1.shape)} tensor from {t1.device} to {t2.device} "
+                f"while an autograd graph holds it (on GPUs the move works and the old graph "
+                f"keeps the old storage; simulated devices cannot do that). Free the graph "
+                f"first: call backward() on the output if you need its gradients, `del` the "
+                f"outputs and losses that hold the graph, then module.to('{t2.device}') "
+                f"again (submodules before this one may have moved already)."
+            )
+        original(t1, t2)
+
+    swap_tensors.__wrapped__ = original  # type: ignore[attr-defined]
+    torch.utils.swap_tensors = swap_tensors
