@@ -70,12 +70,53 @@ def grading() -> bool:
     return os.environ.get(GRADING_ENV) == "1"
 
 
+class CheckFailed(AssertionError):
+    """A check's verdict: its message, and one line saying where (IPython shows just that,
+    not the classroom package's frames)."""
+
+    def __init__(self, message: str, where: str = "") -> None:
+        super().__init__(message)
+        self.where = where
+
+    def _render_traceback_(self) -> list[str]:  # IPython's hook for a short traceback
+        return [f"CheckFailed: {self}"] + ([f"  ({self.where})"] if self.where else [])
+
+
+def _where(error: BaseException) -> str:
+    """The innermost line of the student's code (or else of the check) in ``error``'s
+    traceback, with paths inside the package written relative to it."""
+    import traceback
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frames = traceback.extract_tb(error.__traceback__)
+    mine = [f for f in frames if not os.path.abspath(f.filename).startswith(package)]
+    frame = (mine or frames or [None])[-1]
+    if frame is None:
+        return ""
+    name = os.path.abspath(frame.filename)
+    if name.startswith(package):
+        name = os.path.relpath(name, os.path.dirname(package))
+    elif not os.path.exists(name):
+        name = frame.filename  # a notebook cell: its own name
+    else:
+        name = os.path.basename(name)
+    return f"{name}, line {frame.lineno}, in {frame.name}"
+
+
+def check_message(exercise_id: str, failure: BaseException) -> str:
+    """What a failed check says, as the grader reports it (one line)."""
+    if isinstance(failure, AssertionError):
+        text = str(failure).removeprefix(f"{exercise_id}: ")
+        return f"AssertionError: {exercise_id}: {text}"
+    return f"AssertionError: {exercise_id}: your answer raised {type(failure).__name__}: {failure}"
+
+
 def check(exercise_id: str, *answer: Any) -> None:
     """Run the check of ``exercise_id`` on the student's ``answer``.
 
-    Raises AssertionError with a message that says what is wrong (an answer that
-    raises anything else is reported the same way, with its error chained);
-    prints one line when the answer passes.
+    Raises `CheckFailed` (an AssertionError) with a message that says what is wrong (an
+    answer that raises anything else is reported the same way); prints one line when the
+    answer passes.
     """
     _load_all()
     if exercise_id not in _CHECKS:
@@ -84,10 +125,21 @@ def check(exercise_id: str, *answer: Any) -> None:
         )
     try:
         note = _CHECKS[exercise_id](*answer)
-    except AssertionError as failure:
-        raise AssertionError(f"{exercise_id}: {failure}") from None
     except Exception as error:
-        raise AssertionError(
-            f"{exercise_id}: your answer raised {type(error).__name__}: {error}"
-        ) from error
+        message = check_message(exercise_id, error).removeprefix("AssertionError: ")
+        raise CheckFailed(message, _where(error)) from None
     print(f"check passed: {exercise_id}" + (f" ({note})" if note else ""))
+
+
+def passes(exercise_id: str, *answer: Any) -> bool:
+    """Does ``answer`` pass the check of ``exercise_id``? (quietly: for a chapter cell that
+    uses the reader's answer only once it is right)."""
+    import contextlib
+    import io
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            check(exercise_id, *answer)
+    except AssertionError:
+        return False
+    return True
