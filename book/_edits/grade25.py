@@ -54,7 +54,7 @@ SHARE_CELL = """if not passes("perf-forward-share", forward_share):
     print("Write forward_share above (or paste its solution) and run this cell again.")
 elif RECORDED:
     print(f"cuda:0 spends {forward_share(timeline, 'cuda:0'):.0%} of the step in forward")"""
-SHARE_MARK = "print(f\"cuda:0 spends {forward_share(timeline, 'cuda:0'):.0%} of the step in forward\")"
+SHARE_MARK = "forward_share(timeline, 'cuda:0'):.0%} of the step in forward"
 
 
 def _source(cell: dict) -> str:

@@ -24,12 +24,34 @@ from typing import Any
 Check = Callable[..., Any]
 _CHECKS: dict[str, Check] = {}
 _CHAPTERS: dict[str, str] = {}
+_TITLES: dict[str, str] = {}
+POINTS = 1  # what the grader gives an exercise whose check passes
+# The chapters with exercises, in the book's order (tests/test_classroom.py compares it
+# with _toc.yml); each has a check module of the same name.
+CHAPTERS = (
+    "intro",
+    "devices",
+    "source_device",
+    "scatter",
+    "replicate",
+    "parallel_apply",
+    "gather",
+    "data_parallel",
+    "distributed",
+    "tuple_parallel",
+    "options",
+    "libtorch_replicate",
+    "performance",
+    "ladder",
+    "pitfalls",
+)
 
 GRADING_ENV = "LEARN_PARALLEL_GRADING"  # "1" while the autograder runs the checks
 
 
-def exercise(exercise_id: str) -> Callable[[Check], Check]:
-    """Register the decorated function as the check of ``exercise_id``."""
+def exercise(exercise_id: str, title: str = "") -> Callable[[Check], Check]:
+    """Register the decorated function as the check of ``exercise_id`` (``title``: the
+    exercise's heading in its chapter, after "Exercise: ")."""
 
     def register(check_function: Check) -> Check:
         old = _CHECKS.get(exercise_id)
@@ -40,6 +62,7 @@ def exercise(exercise_id: str) -> Callable[[Check], Check]:
         if old is not None and not same:
             raise ValueError(f"Two checks registered for exercise {exercise_id!r}.")
         _CHECKS[exercise_id] = check_function
+        _TITLES[exercise_id] = title
         _CHAPTERS[exercise_id] = check_function.__module__.rpartition(".")[2]
         return check_function
 
@@ -63,6 +86,17 @@ def chapter_of(exercise_id: str) -> str:
     """The chapter (check module) an exercise belongs to."""
     _load_all()
     return _CHAPTERS[exercise_id]
+
+
+def exercise_table() -> str:
+    """Every exercise as a Markdown table (chapter, id, title, points), in the book's order,
+    made from the registered checks: the teacher's guide shows this, so it cannot drift."""
+    _load_all()
+    order = {chapter: i for i, chapter in enumerate(CHAPTERS)}
+    ids = sorted(_CHECKS, key=lambda i: (order.get(_CHAPTERS[i], len(order)), _CHAPTERS[i]))
+    rows = ["| chapter | exercise | title | points |", "| --- | --- | --- | --- |"]
+    rows += [f"| {_CHAPTERS[i]} | `{i}` | {_TITLES[i]} | {POINTS} |" for i in ids]
+    return "\n".join(rows)
 
 
 def grading() -> bool:

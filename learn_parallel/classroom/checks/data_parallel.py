@@ -25,7 +25,7 @@ def _replicas_used(cls) -> list | None:
     return dp.replicas_used
 
 
-@exercise("dp-counting")
+@exercise("dp-counting", "Count the replicas")
 def counting(cls) -> str:
     here = machine()
     used = observe(_replicas_used, cls)
@@ -50,7 +50,7 @@ class _SliceDependent(nn.Module):
         return self.linear(x) * x.shape[0]
 
 
-@exercise("dp-equivalence")
+@exercise("dp-equivalence", "Same gradients?")
 def same_gradients(fn) -> str:
     here = machine()
     torch.manual_seed(0)

@@ -11,7 +11,7 @@ from learn_parallel.classroom.tools import Moves, machine
 from learn_parallel.devices import DeviceCapacity
 
 
-@exercise("devices-imbalance")
+@exercise("devices-imbalance", "The weakest device")
 def weakest(fn) -> str:
     gb = 2**30
 
@@ -53,7 +53,7 @@ def _describe_wrapper(fn, module: nn.Module) -> dict:
     return described
 
 
-@exercise("devices-last-two")
+@exercise("devices-last-two", "The last two devices")
 def last_two(fn) -> str:
     here = machine()
     assert len(here.devices) >= 2, "this exercise needs at least two devices"

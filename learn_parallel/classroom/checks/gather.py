@@ -15,7 +15,7 @@ from learn_parallel.classroom.tools import (
 )
 
 
-@exercise("gather-mean")
+@exercise("gather-mean", "The batch's mean loss")
 def batch_mean(fn) -> str:
     here = machine()
     torch.manual_seed(0)
@@ -32,7 +32,7 @@ def batch_mean(fn) -> str:
     return "every batch size weighs its slices right"
 
 
-@exercise("gather-pairs")
+@exercise("gather-pairs", "Gather pairs by hand")
 def gather_pairs(fn) -> str:
     here = machine()
     torch.manual_seed(0)

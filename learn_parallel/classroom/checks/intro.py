@@ -34,7 +34,7 @@ def _rows_and_seen(fn, dp: lp.DataParallel, batch: int) -> tuple:
     return got, [list(ids) for ids in dp.module.seen]
 
 
-@exercise("intro-rows")
+@exercise("intro-rows", "Rows per replica")
 def rows_per_replica(fn) -> str:
     here = machine()
     model = Note().to(here.source)
@@ -53,7 +53,7 @@ def rows_per_replica(fn) -> str:
     return f"{fn(dp, 7)} for 7 rows"
 
 
-@exercise("intro-many")
+@exercise("intro-many", "Batches that leave a device idle")
 def idle_batches(fn) -> str:
     n = len(machine().devices)
     limit = 100 if grading() else 40

@@ -26,7 +26,7 @@ def real_plan(sizes: Sequence[int], cap: int) -> list[list[int]]:
     return [bucket.positions for bucket in fast._buckets]
 
 
-@exercise("bucket-plan")
+@exercise("bucket-plan", "Plan the buckets")
 def check_bucket_plan(plan_buckets: Callable[[Sequence[int], int], list[list[int]]]) -> None:
     for sizes, cap in CASES:
         sizes_bytes = [4 * s for s in sizes]
@@ -53,7 +53,7 @@ def _refreshed(refresh, originals: list, replica: list, flat: torch.Tensor) -> d
     }
 
 
-@exercise("refresh-in-place")
+@exercise("refresh-in-place", "Refresh a replica in place")
 def check_refresh_in_place(refresh: Callable[..., None]) -> None:
     """``refresh(originals, replica_params, flat)``: new values, same memory."""
     devices = machine().devices[:2]

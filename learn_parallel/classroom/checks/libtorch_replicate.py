@@ -53,7 +53,7 @@ def _wired(wire, source, original, clones, probes) -> dict:
     return described
 
 
-@exercise("reduce-add-edge")
+@exercise("reduce-add-edge", "Wire the reduce-add edge for one parameter")
 def check_reduce_add_edge(wire: Callable[..., Sequence[torch.Tensor]]) -> None:
     """``wire(source, original, clones)`` connects every clone to ``original``'s gradient."""
     devices = _devices()
@@ -118,7 +118,7 @@ def tied_replicas() -> dict[str, list[nn.Module]]:
     }
 
 
-@exercise("tied-weights")
+@exercise("tied-weights", "Which strategy keeps tied weights tied?")
 def check_tied_weights(prediction: dict[str, bool], shares_weight: Callable[[nn.Module], bool]):
     """``prediction[strategy]``: do its replicas keep the tie? ``shares_weight``: the test."""
     torch.manual_seed(0)

@@ -36,7 +36,7 @@ class _Template(nn.Module):
         return _fill(self.template, x)
 
 
-@exercise("options-kept")
+@exercise("options-kept", "Predict what stays apart")
 def kept_apart(fn) -> str:
     here = machine()
     cases = [
@@ -75,7 +75,7 @@ def _grad(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.grad.clone() if tensor.grad is not None else torch.zeros_like(tensor)
 
 
-@exercise("options-loss")
+@exercise("options-loss", "A loss without gathering")
 def per_device_loss(fn) -> str:
     here = machine()
     torch.manual_seed(0)

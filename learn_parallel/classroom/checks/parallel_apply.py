@@ -13,7 +13,7 @@ from learn_parallel.classroom.judge import judging
 from learn_parallel.classroom.tools import forbid, learn_parallel_functions, machine, same_places
 
 
-@exercise("papply-sequential")
+@exercise("papply-sequential", "parallel_apply without threads")
 def sequential_apply(fn) -> str:
     here = machine()
     torch.manual_seed(0)
@@ -51,7 +51,7 @@ class PickyLookup(nn.Module):
         return self.table[key]
 
 
-@exercise("papply-which")
+@exercise("papply-which", "Which replica failed?")
 def failed_replica(fn) -> str:
     here = machine()
     count = 12  # replicas may share devices; more than ten tests two-digit indices

@@ -27,7 +27,7 @@ def _count(model_class, run_fn) -> dict:
     return {"right": right, "counted": (model.calls, model.rows)}
 
 
-@exercise("pitfalls-count")
+@exercise("pitfalls-count", "Count calls without losing them")
 def counting(model_class, run_fn) -> str:
     here = machine()
     batches = BATCHES
@@ -60,7 +60,7 @@ def _replaced(fn) -> dict:
     }
 
 
-@exercise("pitfalls-groupnorm")
+@exercise("pitfalls-groupnorm", "Replace BatchNorm")
 def replace_batchnorm(fn) -> str:
     here = machine()
     net = observe(_replaced, fn)

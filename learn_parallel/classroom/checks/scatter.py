@@ -11,7 +11,7 @@ from learn_parallel.classroom.tools import Moves, forbid, learn_parallel_functio
 _CHUNK = ((torch, "chunk"), (torch.Tensor, "chunk"))
 
 
-@exercise("scatter-sizes")
+@exercise("scatter-sizes", "Piece sizes")
 def chunk_sizes(fn) -> str:
     most_rows, most_devices = (200, 16) if grading() else (40, 8)
     cases = [
@@ -28,7 +28,7 @@ def chunk_sizes(fn) -> str:
     return f"every batch of 1-{most_rows - 1} rows on 1-{most_devices} devices"
 
 
-@exercise("scatter-dict")
+@exercise("scatter-dict", "Scatter a dict by hand")
 def split_batch(fn) -> str:
     here = machine()
     torch.manual_seed(0)

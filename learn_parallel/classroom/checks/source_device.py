@@ -11,7 +11,7 @@ from learn_parallel.classroom.judge import observe
 from learn_parallel.classroom.tools import machine
 
 
-@exercise("source-misplaced")
+@exercise("source-misplaced", "Every misplaced tensor")
 def misplaced(fn) -> str:
     source = machine().devices[0]
     m = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2), nn.Linear(2, 2)).to(source.torch_device)
@@ -56,7 +56,7 @@ def _materialised(fn, dp: lp.DataParallel) -> dict | None:
     return {"tensors": tensors, "out": dp(torch.randn(5, 4, device=source))}
 
 
-@exercise("source-materialise")
+@exercise("source-materialise", "Materialise a meta model")
 def materialise(fn) -> str:
     here = machine()
     torch.manual_seed(0)

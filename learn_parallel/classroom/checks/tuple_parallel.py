@@ -18,7 +18,7 @@ def _items(rows: int) -> list[dict]:
     ]
 
 
-@exercise("tuple-parallel-dict-collate")
+@exercise("tuple-parallel-dict-collate", "A collate function for dicts")
 def collate_dicts(fn) -> str:
     here = machine()
     with forbid(*learn_parallel_functions()):
@@ -66,7 +66,7 @@ def _loss_and_gradients(fn, outs: list, ts: list, source: torch.device) -> dict:
     return {"moved": moved, "loss": got, "grads": grads}
 
 
-@exercise("tuple-parallel-loss")
+@exercise("tuple-parallel-loss", "Cross-entropy per device")
 def cross_entropy_per_device(fn) -> str:
     here = machine()
     torch.manual_seed(0)
