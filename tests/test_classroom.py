@@ -248,3 +248,26 @@ def test_the_exercise_table_matches_the_chapters():
         for ex in exercises(read(BOOK / f"{chapter}.ipynb"))
     ]
     assert exercise_table().splitlines()[2:] == expected
+
+
+def test_a_failing_check_names_the_misplaced_piece_in_two_lines():
+    """A piece left on the wrong device is named in the check's words (not torch's
+    device-mixing error), and IPython shows the message and one line of where, with the
+    path relative to the package."""
+    from learn_parallel.classroom import CheckFailed, check
+    from learn_parallel.devices import Device, device_type
+
+    if device_type() != "sim":
+        pytest.skip("written for simulated devices (the stored chapters' default)")
+
+    def split_batch(batch, ids):  # every piece left on the first device
+        pieces = {k: v.chunk(len(ids)) for k, v in batch.items()}
+        first = Device("sim", 0).torch_device
+        return [{k: p[i].to(first) for k, p in pieces.items()} for i in range(len(pieces["x"]))]
+
+    with pytest.raises(CheckFailed) as failure:
+        check("scatter-dict", split_batch)
+    assert "3 rows, piece 1: 'x' is on sim:0, expected sim:1" in str(failure.value)
+    shown = failure.value._render_traceback_()
+    assert len(shown) == 2 and shown[0] == f"CheckFailed: {failure.value}"
+    assert shown[1].startswith("  (learn_parallel/classroom/checks/scatter.py, line ")

@@ -131,7 +131,7 @@ def _where(error: BaseException) -> str:
     if name.startswith(package):
         name = os.path.relpath(name, os.path.dirname(package))
     elif not os.path.exists(name):
-        name = frame.filename  # a notebook cell: its own name
+        name = "your cell"  # a notebook cell's code has no file (only a temporary name)
     else:
         name = os.path.basename(name)
     return f"{name}, line {frame.lineno}, in {frame.name}"
