@@ -9,8 +9,11 @@ printed when the answer passes.
 
 The rest of the subpackage works on the notebooks: `notebooks` finds the
 exercise cells by their tags, `handouts` writes the student copies, `grade`
-runs submissions through the checks, and `track` builds the "write it
-yourself" copy of the package (``python -m learn_parallel.classroom --help``).
+runs submissions through the checks (the student's code in a kernel, the
+verdict in the grader: `judge`, with answers passed as `plain` data), and
+`track` builds the "write it yourself" copy of the package
+(``python -m learn_parallel.classroom --help``). `exercise_table` lists every
+exercise for the teacher's guide.
 """
 
 from __future__ import annotations

@@ -33,6 +33,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from learn_parallel.classroom.plain import UngradableAnswer, decode, encode
+
 LOCAL, KERNEL, JUDGE = "local", "kernel", "judge"
 
 
@@ -56,96 +58,6 @@ def judging() -> bool:
     """True while the grader replays: nothing of the student's runs, spies have nothing
     to see (the kernel's run already applied them)."""
     return role() == JUDGE
-
-
-class UngradableAnswer(AssertionError):
-    pass
-
-
-# --------------------------------------------------------------------------
-# Plain data in, plain data out
-# --------------------------------------------------------------------------
-
-_SCALARS = (int, float, bool, str, complex, type(None))
-_DEVICE_TYPES = {"cpu", "cuda", "sim", "meta"}
-
-
-def encode(value: Any) -> Any:
-    """``value`` as plain data (in the kernel); raises UngradableAnswer for anything else."""
-    kind = type(value)
-    if kind in _SCALARS:
-        return value
-    for base in (bool, int, float, str):  # numpy scalars, enums: their plain value
-        if isinstance(value, base):
-            return base(value)
-    if isinstance(value, torch.Tensor):
-        plain = value.detach().as_subclass(torch.Tensor)
-        record = {"device": str(plain.device), "requires_grad": bool(value.requires_grad)}
-        if plain.device.type == "meta":
-            return {"__meta__": [list(plain.shape), str(plain.dtype)], **record}
-        return {"__tensor__": plain.to("cpu", copy=True).contiguous(), **record}
-    if isinstance(value, torch.device):
-        return {"__device__": str(value)}
-    if isinstance(value, torch.dtype):
-        return {"__dtype__": str(value)}
-    if isinstance(value, list):
-        return [encode(v) for v in value]
-    if isinstance(value, tuple):  # torch.Size and named tuples too: their items
-        return {"__tuple__": [encode(v) for v in value]}
-    if isinstance(value, set | frozenset):
-        return {"__set__": [encode(v) for v in value]}
-    if isinstance(value, dict):
-        return {"__dict__": [[encode(k), encode(v)] for k, v in value.items()]}
-    raise UngradableAnswer(
-        f"the answer returned a {kind.__name__}, which the grader cannot compare: return "
-        "tensors, numbers, strings, lists, tuples, sets or dicts"
-    )
-
-
-def decode(data: Any) -> Any:
-    """Plain data back into values (in the grader), refusing anything else."""
-    kind = type(data)
-    if kind in _SCALARS:
-        return data
-    if kind is list:
-        return [decode(v) for v in data]
-    if kind is dict and len(data) >= 1:
-        tag = next(iter(data))
-        if tag == "__tensor__" and type(data[tag]) is torch.Tensor:
-            tensor = data[tag].to(_device(data["device"]))
-            return tensor.requires_grad_() if data["requires_grad"] is True else tensor
-        if tag == "__meta__":
-            shape, dtype = data[tag]
-            return torch.empty([int(s) for s in shape], dtype=_dtype(dtype), device="meta")
-        if tag == "__device__":
-            return _device(data[tag])
-        if tag == "__dtype__":
-            return _dtype(data[tag])
-        if tag == "__tuple__":
-            return tuple(decode(v) for v in data[tag])
-        if tag == "__set__":
-            return {decode(v) for v in data[tag]}
-        if tag == "__dict__":
-            return {decode(k): decode(v) for k, v in data[tag]}
-    raise UngradableAnswer(f"the recorded answer holds a {kind.__name__} the grader refuses")
-
-
-def _device(name: Any) -> torch.device:
-    device = torch.device(str(name))
-    if device.type not in _DEVICE_TYPES:
-        raise UngradableAnswer(f"unknown device {name!r} in the recorded answer")
-    if device.type == "sim":
-        from learn_parallel import simulated
-
-        simulated.enable()
-    return device
-
-
-def _dtype(name: Any) -> torch.dtype:
-    dtype = getattr(torch, str(name).removeprefix("torch."), None)
-    if not isinstance(dtype, torch.dtype):
-        raise UngradableAnswer(f"unknown dtype {name!r} in the recorded answer")
-    return dtype
 
 
 # --------------------------------------------------------------------------
@@ -222,7 +134,12 @@ def recorder(path: str | Path) -> Callable[..., None]:
             verdict = check_message(exercise_id, failure)
         finally:
             _state.role = LOCAL
-        transcript = {"args": described, "outcomes": outcomes, "kernel": verdict}
+        transcript = {
+            "args": described,
+            "outcomes": outcomes,
+            "kernel": verdict,
+            "devices": _devices_here(),
+        }
         torch.save(transcript, str(path))
 
     return record
@@ -281,6 +198,12 @@ def _exception(name: str, message: str) -> BaseException:
     return kind(message)
 
 
+def _devices_here() -> list[str]:
+    from learn_parallel.classroom.tools import machine
+
+    return [str(d) for d in machine().devices]
+
+
 def _seed() -> None:
     torch.manual_seed(0)
     random.seed(0)
@@ -305,9 +228,14 @@ def judge(exercise_id: str, path: str | Path) -> tuple[bool, str]:
                 args.append(decode(described["data"]))
             else:
                 args.append(_Opaque())
-        kernel = transcript.get("kernel")
+        kernel, devices = transcript.get("kernel"), transcript.get("devices")
     except Exception as error:  # a missing, truncated or forged transcript
         return False, f"no answer could be read back from the kernel ({type(error).__name__})"
+    if devices != _devices_here():  # the cases depend on the devices: both runs need the same
+        return False, (
+            f"the notebook's kernel saw the devices {devices}, the grader {_devices_here()}: "
+            "grade with the devices the notebook uses (LEARN_PARALLEL_SIMULATED_DEVICES)"
+        )
     _seed()
     _state.role, _state.replay = JUDGE, replay
     previous = os.environ.get(GRADING_ENV)
