@@ -31,14 +31,14 @@ WHERE_SOLUTIONS_ARE = (
     "copies leave the solutions out."
 )
 CLICK = (
-    "Under each check cell, a line reading **▶ Solution** hides the reference answer: click "
-    "it to open the code (in the site, Jupyter and Colab alike), paste it into the stub cell "
-    "and run the check. The student copies leave the solutions out."
+    "Under each check cell, a folded line labelled **Solution** holds the reference answer: "
+    "click it to open the code (in the site, Jupyter and Colab alike), paste it into the stub "
+    "cell and run the check. The student copies leave the solutions out."
 )
 INTRO_OLD = "  on the hidden solution: open the *Solution* box only after trying."
 INTRO_NEW = (
-    "  on the reference solution, which sits folded under the check: click **▶ Solution**\n"
-    "  to open it, only after trying."
+    "  on the reference solution, folded under the check in a line labelled **Solution**:\n"
+    "  click it to open the code, only after trying."
 )
 
 EFFICIENCY_CELL = """from learn_parallel.classroom import passes
