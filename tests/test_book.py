@@ -63,7 +63,9 @@ GUIDES = {"teaching", "glossary"}  # the guide for instructors and the glossary:
 
 def _assert_exercises(name: str, cells: list[dict]) -> None:
     """Exercises in plain cells (see the exercise format in the teacher's guide): at least
-    two per chapter, every check cell tagged, every solution tagged and collapsed."""
+    two per chapter, every check cell tagged, every solution a tagged Markdown cell whose
+    code sits in a collapsed ``<details>`` block labelled Solution (hidden until clicked in
+    the site, Jupyter, Colab and nbconvert's HTML)."""
 
     def tagged(tag):
         return [c for c in cells if tag in c.get("metadata", {}).get("tags", [])]
@@ -77,9 +79,13 @@ def _assert_exercises(name: str, cells: list[dict]) -> None:
         assert "raises-exception" in cell["metadata"]["tags"], f"{name}: untagged check cell"
         assert 'check("' in source, f"{name}: a check cell must call check(...)"
     for cell in solutions:
-        assert "hide-input" in cell["metadata"]["tags"], f"{name}: solution not hidden in the site"
-        hidden = cell["metadata"].get("jupyter", {}).get("source_hidden")
-        assert hidden is True, f"{name}: solution not collapsed in Jupyter"
+        source = "".join(cell["source"])
+        assert cell["cell_type"] == "markdown", f"{name}: a solution in a code cell is visible"
+        assert source.startswith("<details>\n<summary>Solution</summary>\n"), (
+            f"{name}: a solution must open with a collapsed <details> labelled Solution"
+        )
+        assert source.rstrip().endswith("</details>") and "```python" in source, name
+        assert "open" not in source.splitlines()[0], f"{name}: a solution shown open"
     text = "".join("".join(c["source"]) for c in cells)
     for directive in ("{exercise", "{solution"):
         assert directive not in text, f"{name}: Sphinx-only {directive} directive"

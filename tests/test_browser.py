@@ -152,11 +152,11 @@ def test_search_finds_a_chapter(site, browser):
 
 
 def test_solution_is_hidden_until_opened(site, browser):
-    """A solution cell (tag ``solution`` + ``hide-input``) shows a "show code" toggle."""
+    """A solution is a collapsed <details> block labelled "Solution": its code shows on a click."""
     page, _, _ = _open(browser, urljoin(site, "book/scatter.html"))
-    solution = page.locator(".cell.tag_solution").first
-    solution.wait_for()
-    code = solution.locator(".cell_input").first
+    solution = page.locator("details", has=page.locator("summary", has_text="Solution")).first
+    solution.wait_for(state="attached")
+    code = solution.locator("pre").first
     assert not code.is_visible(), "the solution is visible before it is opened"
     solution.locator("summary").first.click()
     code.wait_for(state="visible", timeout=5000)

@@ -79,13 +79,42 @@ def test_handouts_for_a_classroom_repository(tmp_path):
     workflow = yaml.safe_load((tmp_path / ".github" / "workflows" / "autograde.yml").read_text())
     steps = workflow["jobs"]["run-autograding-tests"]["steps"]
     ids = [ex.id for path in written for ex in exercises(read(path))]
-    graders = [s for s in steps if s.get("uses", "").endswith("autograding-command-grader@v1")]
-    assert [s["id"] for s in graders] == ids
-    assert all(s["with"]["max-score"] == 1 for s in graders)
-    assert steps[-1]["with"]["runners"] == ",".join(ids)
+    grade_step = next(s for s in steps if s.get("id") == "grade")
+    assert '--classroom "$GITHUB_OUTPUT"' in grade_step["run"]
+    reporter = steps[-1]
+    assert reporter["uses"].endswith("autograding-grading-reporter@v1")
+    assert reporter["with"]["runners"] == ",".join(ids)
+    # The reporter reads <RUNNER>_RESULTS for each runner: the grade step's output of that id.
+    assert reporter["env"] == {
+        f"{i.upper()}_RESULTS": f"${{{{ steps.grade.outputs['{i}'] }}}}" for i in ids
+    }
     assert (tmp_path / "_package" / "learn_parallel" / "classroom" / "checks").is_dir()
     assert (tmp_path / "_package" / "pyproject.toml").exists()
     assert "./_package" in (tmp_path / "README.md").read_text()
+
+
+def test_classroom_results_are_what_the_reporter_reads(tmp_path):
+    """One runner per exercise: base64 JSON with a status, a max score and one test whose
+    score the reporter adds up (autograding-grading-reporter's format, version 1)."""
+    import base64
+    import json
+
+    from learn_parallel.classroom.grade import Result, classroom_results
+
+    rows = [
+        Result("a.ipynb", "scatter", "scatter-sizes", True),
+        Result("a.ipynb", "scatter", "scatter-dict", False, "piece 1 is on sim:0"),
+    ]
+    decoded = {k: json.loads(base64.b64decode(v)) for k, v in classroom_results(rows).items()}
+    assert decoded["scatter-sizes"] == {
+        "version": 1,
+        "status": "pass",
+        "max_score": 1,
+        "tests": [{"name": "scatter-sizes", "status": "pass", "message": "", "score": 1}],
+    }
+    failed = decoded["scatter-dict"]
+    assert (failed["status"], failed["tests"][0]["score"]) == ("fail", 0)
+    assert failed["tests"][0]["message"] == "piece 1 is on sim:0"
 
 
 def test_result_command_reports_one_exercise(tmp_path, capsys):
@@ -199,3 +228,75 @@ def test_track_stubs_leave_the_rest_of_the_module_intact(task, tmp_path):
     removed = set(original.splitlines()) - set(stubbed.splitlines())
     assert removed and len(removed) < 20, sorted(removed)
     compile(stubbed, chosen.module, "exec")
+
+
+def test_the_exercise_table_matches_the_chapters():
+    """The teacher's guide's table comes from the package: every exercise of every chapter,
+    in the book's order, with its notebook title and one point."""
+    import yaml
+
+    from learn_parallel.classroom import CHAPTERS, exercise_table
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    with_exercises = [f.removeprefix("book/") for f in files]
+    with_exercises = [c for c in with_exercises if exercises(read(BOOK / f"{c}.ipynb"))]
+    assert list(CHAPTERS) == with_exercises
+    expected = [
+        f"| {chapter} | `{ex.id}` | {ex.text.splitlines()[0].removeprefix('### Exercise: ')} | 1 |"
+        for chapter in CHAPTERS
+        for ex in exercises(read(BOOK / f"{chapter}.ipynb"))
+    ]
+    assert exercise_table().splitlines()[2:] == expected
+
+
+def test_a_failing_check_names_the_misplaced_piece_in_two_lines():
+    """A piece left on the wrong device is named in the check's words (not torch's
+    device-mixing error), and IPython shows the message and one line of where, with the
+    path relative to the package."""
+    from learn_parallel.classroom import CheckFailed, check
+    from learn_parallel.devices import Device, device_type
+
+    if device_type() != "sim":
+        pytest.skip("written for simulated devices (the stored chapters' default)")
+
+    def split_batch(batch, ids):  # every piece left on the first device
+        pieces = {k: v.chunk(len(ids)) for k, v in batch.items()}
+        first = Device("sim", 0).torch_device
+        return [{k: p[i].to(first) for k, p in pieces.items()} for i in range(len(pieces["x"]))]
+
+    with pytest.raises(CheckFailed) as failure:
+        check("scatter-dict", split_batch)
+    assert "3 rows, piece 1: 'x' is on sim:0, expected sim:1" in str(failure.value)
+    shown = failure.value._render_traceback_()
+    assert len(shown) == 2 and shown[0] == f"CheckFailed: {failure.value}"
+    assert shown[1].startswith("  (learn_parallel/classroom/checks/scatter.py, line ")
+
+
+def test_the_solution_conversion_script_is_idempotent_and_keeps_the_code():
+    """book/_edits/grade25.py turns a hidden solution code cell into a folded Markdown cell
+    that `notebooks.exercises` reads back as the same code; a second run changes nothing."""
+    import copy
+    import json
+
+    spec = importlib.util.spec_from_file_location("grade25", BOOK / "_edits" / "grade25.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    code = 'def f(x):\n    return x  # ```\n\n\ncheck("scatter-sizes", f)'
+    cells = [
+        {"cell_type": "code", "id": "c", "metadata": {"tags": ["exercise-check"]},
+         "source": 'check("scatter-sizes", f)', "outputs": [], "execution_count": 1},
+        {"cell_type": "code", "id": "s", "outputs": [{"output_type": "stream"}],
+         "metadata": {"tags": ["solution", "hide-input"], "jupyter": {"source_hidden": True}},
+         "source": code.splitlines(keepends=True), "execution_count": 2},
+    ]  # fmt: skip
+    notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    assert script.convert(notebook)
+    solution = notebook["cells"][1]
+    assert solution["cell_type"] == "markdown" and solution["id"] == "s"
+    assert solution["metadata"] == {"tags": ["solution"]} and "outputs" not in solution
+    assert "".join(solution["source"]).startswith("<details>\n<summary>Solution</summary>\n")
+    again = copy.deepcopy(notebook)
+    assert not script.convert(again) and again == notebook
+    node = nbformat.reads(json.dumps(notebook), as_version=4)
+    assert [ex.solutions for ex in exercises(node)] == [[code + "\n"]]

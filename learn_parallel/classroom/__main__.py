@@ -41,6 +41,15 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--timeout", type=int, default=60, help="seconds per cell (default 60)")
     grade.add_argument("--kernel", default="python3")
     grade.add_argument("--json", type=Path, help="also write the results here")
+    grade.add_argument(
+        "--jobs", type=int, default=1, help="notebooks graded at once (default 1; one per core)"
+    )
+    grade.add_argument(
+        "--classroom",
+        type=Path,
+        help="append one GitHub Classroom result per exercise to this file, as step outputs "
+        "(the autograde workflow passes $GITHUB_OUTPUT)",
+    )
 
     track = commands.add_parser("track", help="write the build-it-yourself copy of the package")
     track.add_argument("out", type=Path)
@@ -66,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
 
         if not args.submissions.exists():
             parser.error(f"{args.submissions} does not exist")
-        results = run_grade(args.submissions, args.reference, args.timeout, args.kernel)
+        results = run_grade(
+            args.submissions, args.reference, args.timeout, args.kernel, max(1, args.jobs)
+        )
         for folder in sorted({p.parent for p in args.submissions.rglob("test_tasks.py")}):
             from learn_parallel.classroom.grade import Result
 
@@ -78,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         print(table(results))
         if args.json:
             write_json(results, args.json)
+        if args.classroom:
+            from learn_parallel.classroom.grade import classroom_results
+
+            with args.classroom.open("a") as outputs:
+                for exercise_id, encoded in classroom_results(results).items():
+                    outputs.write(f"{exercise_id}={encoded}\n")
         return 0
     if args.command == "track":
         from learn_parallel.classroom.track import make_track

@@ -22,7 +22,8 @@ WORKFLOW = ROOT / ".github" / "classroom" / "autograde.yml"
 STUDENT_README = """# learn-parallel exercises
 
 Each chapter notebook ends with exercises: replace the stub cell with your answer, then run
-the check cell below it; it says what is wrong, or `check passed`.
+the check cell below it; it says what is wrong, or `check passed`. The grader runs the same
+checks outside your notebook's kernel, on the values your functions return.
 
     python -m pip install --index-url https://download.pytorch.org/whl/cpu torch
     python -m pip install ./_package jupyterlab
@@ -86,29 +87,11 @@ def make_handouts(book: Path, out: Path, package: bool = True) -> list[Path]:
 
 
 def classroom_workflow(template: str, exercise_ids: list[str]) -> str:
-    """The workflow template with one GitHub Classroom test (one point) per exercise."""
-
-    def indented(marker: str, lines: list[str]) -> str:
-        line = next(line for line in template.splitlines() if line.strip() == marker)
-        indent = line[: len(line) - len(line.lstrip())]
-        return line, "\n".join(indent + text if text else text for text in lines)
-
-    steps, report = [], []
-    for exercise_id in exercise_ids:
-        steps += [
-            f"- name: {exercise_id}",
-            f"  id: {exercise_id}",
-            "  uses: classroom-resources/autograding-command-grader@v1",
-            "  with:",
-            f"    test-name: {exercise_id}",
-            f"    command: python -m learn_parallel.classroom result results.json {exercise_id}",
-            "    timeout: 1",
-            "    max-score: 1",
-        ]
-        variable = exercise_id.upper() + "_RESULTS"
-        report.append(f'{variable}: "${{{{steps.{exercise_id}.outputs.result}}}}"')
-    text = template
-    for marker, lines in (("# @EXERCISES@", steps), ("# @REPORT@", report)):
-        line, replacement = indented(marker, lines)
-        text = text.replace(line, replacement)
+    """The workflow template with one GitHub Classroom runner (one point) per exercise: the
+    grade step writes each exercise's result as a step output, the reporter reads them."""
+    line = next(line for line in template.splitlines() if line.strip() == "# @REPORT@")
+    indent = line[: len(line) - len(line.lstrip())]
+    output = "${{{{ steps.grade.outputs['{}'] }}}}"  # the grade step's output of that id
+    report = [f'{indent}{i.upper()}_RESULTS: "{output.format(i)}"' for i in exercise_ids]
+    text = template.replace(line, "\n".join(report))
     return text.replace('"@RUNNERS@"', ",".join(exercise_ids))

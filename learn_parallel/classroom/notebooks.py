@@ -4,7 +4,9 @@ Reading needs only the standard library (a GPU box may have no Jupyter), so the
 checks can be tested there too. An exercise is four kinds of cells (see the
 teacher's guide, ``book/teaching.ipynb``): ``exercise-text`` (Markdown), ``exercise-stub`` (the code
 the student replaces), ``exercise-check`` (``check("id", answer)``) and
-``solution``. The id is read from the check cell's call.
+``solution``: a Markdown cell whose collapsed ``<details>`` block (summary "Solution")
+holds the code in a ``python`` fence, so it stays hidden until clicked in the built site,
+JupyterLab, classic Notebook and Colab alike. The id is read from the check cell's call.
 """
 
 from __future__ import annotations
@@ -66,6 +68,26 @@ def check_call_id(source: str) -> str:
     raise ValueError(f"No check('<id>', ...) call in this check cell:\n{source}")
 
 
+SUMMARY = "<summary>Solution</summary>"
+
+
+def solution_markdown(code: str) -> str:
+    """The solution cell's Markdown: ``code`` in a collapsed block labelled *Solution*."""
+    fence = "````" if "```" in code else "```"
+    return f"<details>\n{SUMMARY}\n\n{fence}python\n{code.strip()}\n{fence}\n\n</details>"
+
+
+def solution_code(source: str) -> str:
+    """The code inside a solution cell (the fenced block of `solution_markdown`)."""
+    lines = source.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.lstrip("`") == "python"), None)
+    if start is None:
+        raise ValueError(f"No ```python block in this solution cell:\n{source}")
+    fence = lines[start][: len(lines[start]) - len("python")]
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].strip() == fence)
+    return "\n".join(lines[start + 1 : end]) + "\n"
+
+
 def read(path: str | Path) -> Node:
     """A notebook file (nbformat 4) with every cell's source joined into one string."""
     return _node(json.loads(Path(path).read_text(encoding="utf-8")))
@@ -90,7 +112,8 @@ def exercises(notebook: Any) -> list[Exercise]:
         elif SOLUTION in cell_tags:
             if not found:
                 raise ValueError("A solution cell comes before any check cell.")
-            found[-1].solutions.append(cell.source)
+            code = cell.source if cell.cell_type == "code" else solution_code(cell.source)
+            found[-1].solutions.append(code)
     return found
 
 

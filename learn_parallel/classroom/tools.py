@@ -2,7 +2,9 @@
 and telling whether a tensor was really sent to its device.
 
 Checks never read a notebook's globals; they find the devices here, exactly as a
-chapter's setup cell does.
+chapter's setup cell does. The spies watch the student's code as it runs, so while the
+grader replays recorded answers (`judge.judging`) they have nothing to watch and let the
+replay through: the kernel's run of the same check applied them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from learn_parallel.classroom.judge import judging
 from learn_parallel.devices import (
     SIMULATED,
     Device,
@@ -117,6 +120,9 @@ def forbid(*targets: Any) -> Iterator[None]:
     for a builtin such as ``(torch, "chunk")``. After the block, a forbidden call
     that the answer swallowed still fails the check.
     """
+    if judging():
+        yield
+        return
     swapped: list[tuple[Callable, types.CodeType]] = []
     torch_functions: dict[Any, str] = {}
     expanded: list[Any] = []
@@ -210,6 +216,9 @@ def _counting_code(label: str, original: types.CodeType) -> types.CodeType:
 @contextlib.contextmanager
 def spy(**functions: Callable) -> Iterator[Spy]:
     """Count the calls of each ``label=function`` while the block runs, through any alias."""
+    if judging():  # the kernel counted the calls; the replay makes none
+        yield Spy({label: 1 for label in functions})
+        return
     record = Spy({label: 0 for label in functions})
     swapped = []
     for label, function in functions.items():
@@ -231,6 +240,15 @@ def spy(**functions: Callable) -> Iterator[Spy]:
         for function, code, label in swapped:
             function.__code__ = code
             _spied.pop(label, None)
+
+
+def same_places(got: Any, expected: list[torch.Tensor], what: str = "piece") -> None:
+    """Say which piece is on the wrong device (``piece 1 is on sim:0, expected sim:1``)
+    before any comparison mixes devices and fails with torch's error instead."""
+    assert isinstance(got, list | tuple), f"expected a list of {len(expected)}, got {got!r:.80}"
+    for i, (g, e) in enumerate(zip(got, expected)):
+        assert isinstance(g, torch.Tensor), f"{what} {i} is a {type(g).__name__}, not a tensor"
+        assert g.device == e.device, f"{what} {i} is on {g.device}, expected {e.device}"
 
 
 # --------------------------------------------------------------------------
@@ -310,7 +328,7 @@ class Moves:
     def sent(self, tensor: torch.Tensor, device: torch.device) -> bool:
         """Was ``tensor`` copied to ``device`` with ``.to()`` (needed only where it is
         elsewhere; simulated devices cannot tell, so there the copy must be seen)?"""
-        if devices_are_distinct() and tensor.device == device:
+        if judging() or (devices_are_distinct() and tensor.device == device):
             return True
         entry = self.sources.get(id(tensor))
         return entry is not None and entry[0] is tensor and device in entry[1]
@@ -318,7 +336,7 @@ class Moves:
     def module_sent_to(self, module: nn.Module, device: torch.device) -> bool:
         if not all(p.device == device for p in module.parameters()):
             return False
-        if devices_are_distinct():
+        if devices_are_distinct() or judging():
             return True
         return any(m is module and d == device for m, d in self.modules)
 

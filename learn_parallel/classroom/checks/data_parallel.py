@@ -7,28 +7,36 @@ from torch import nn
 
 import learn_parallel as lp
 from learn_parallel.classroom import exercise
+from learn_parallel.classroom.judge import observe
 from learn_parallel.classroom.tools import machine
 
+BATCHES = (10, 3, 1, 8)
 
-@exercise("dp-counting")
+
+def _replicas_used(cls) -> list | None:
+    """Run the answer's class where it lives: what it counted (None: not a DataParallel)."""
+    if not (isinstance(cls, type) and issubclass(cls, lp.DataParallel)):
+        return None
+    source = machine().source
+    dp = cls(nn.Linear(2, 2).to(source))
+    dp.replicas_used = []
+    for rows in BATCHES:
+        dp(torch.randn(rows, 2, device=source))
+    return dp.replicas_used
+
+
+@exercise("dp-counting", "Count the replicas")
 def counting(cls) -> str:
     here = machine()
-    assert isinstance(cls, type) and issubclass(cls, lp.DataParallel), (
-        "CountingDataParallel must be a subclass of lp.DataParallel"
-    )
-    dp = cls(nn.Linear(2, 2).to(here.source))
-    dp.replicas_used = []
-    batches = (10, 3, 1, 8)
-    for rows in batches:
-        dp(torch.randn(rows, 2, device=here.source))
+    used = observe(_replicas_used, cls)
+    assert used is not None, "CountingDataParallel must be a subclass of lp.DataParallel"
+    batches = BATCHES
     n = len(here.devices)
     expected = [len(torch.arange(rows).chunk(n)) for rows in batches]
     if n == 1:
         expected = []  # one device: the module is called directly, nothing is replicated
-    assert dp.replicas_used == expected, (
-        f"batches of {batches} rows: expected {expected}, got {dp.replicas_used}"
-    )
-    return str(dp.replicas_used)
+    assert used == expected, f"batches of {batches} rows: expected {expected}, got {used}"
+    return str(used)
 
 
 class _SliceDependent(nn.Module):
@@ -42,7 +50,7 @@ class _SliceDependent(nn.Module):
         return self.linear(x) * x.shape[0]
 
 
-@exercise("dp-equivalence")
+@exercise("dp-equivalence", "Same gradients?")
 def same_gradients(fn) -> str:
     here = machine()
     torch.manual_seed(0)

@@ -6,11 +6,12 @@ import torch
 from torch import nn
 
 from learn_parallel.classroom import exercise, grading
+from learn_parallel.classroom.judge import observe
 from learn_parallel.classroom.tools import Moves, machine
 from learn_parallel.devices import DeviceCapacity
 
 
-@exercise("devices-imbalance")
+@exercise("devices-imbalance", "The weakest device")
 def weakest(fn) -> str:
     gb = 2**30
 
@@ -36,23 +37,36 @@ def weakest(fn) -> str:
     return f"{len(cases)} cases"
 
 
-@exercise("devices-last-two")
+def _describe_wrapper(fn, module: nn.Module) -> dict:
+    """Run the answer where it lives and describe the DataParallel it made, as data."""
+    source = machine().devices[-2].torch_device
+    with Moves() as moves:
+        dp = fn(module)
+    described = {
+        "devices": [str(d) for d in dp.devices],
+        "output_device": str(dp.output_device),
+        "sent": moves.module_sent_to(dp.module, source),
+        "parameters": sorted({str(p.device) for p in dp.module.parameters()}),
+        "repr": dp.extra_repr(),
+    }
+    described["out"] = dp(torch.randn(6, 4, device=source)) if described["sent"] else None
+    return described
+
+
+@exercise("devices-last-two", "The last two devices")
 def last_two(fn) -> str:
     here = machine()
     assert len(here.devices) >= 2, "this exercise needs at least two devices"
-    module = nn.Linear(4, 2)
-    with Moves() as moves:
-        dp = fn(module)
+    dp = observe(_describe_wrapper, fn, nn.Linear(4, 2))
     expected = [str(d) for d in here.devices[-2:]]
-    assert [str(d) for d in dp.devices] == expected, (
-        f"devices are {[str(d) for d in dp.devices]}, expected the last two: {expected}"
+    assert dp["devices"] == expected, (
+        f"devices are {dp['devices']}, expected the last two: {expected}"
     )
-    assert str(dp.output_device) == "cpu", f"output_device is {dp.output_device}, expected cpu"
-    source = here.devices[-2].torch_device
-    assert moves.module_sent_to(dp.module, source), (
+    assert dp["output_device"] == "cpu", f"output_device is {dp['output_device']}, expected cpu"
+    assert dp["sent"] and dp["parameters"] == [str(here.devices[-2])], (
         f"the module's parameters were not moved to {here.devices[-2]}, the first of the two "
         f"devices (DataParallel expects the module there): call module.to(...)"
     )
-    out = dp(torch.randn(6, 4, device=source))
+    out = dp["out"]
     assert out.device.type == "cpu", f"outputs landed on {out.device}, expected cpu"
-    return dp.extra_repr()
+    return dp["repr"]

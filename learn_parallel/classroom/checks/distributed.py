@@ -8,6 +8,7 @@ from collections.abc import Callable
 import torch
 
 from learn_parallel.classroom import exercise
+from learn_parallel.classroom.judge import observe
 from learn_parallel.distributed import assign_buckets
 
 
@@ -38,41 +39,47 @@ class ThreadRanks:
         return all_reduce
 
 
-@exercise("ddp-average-hook")
+def _run_ranks(average_gradient: Callable[..., object], grads: list, world: int) -> dict:
+    """Run the answer on ``world`` thread ranks where it lives; what each rank was left with."""
+    ranks = ThreadRanks(world)
+    failures: list[BaseException | None] = [None] * world
+
+    def run(rank: int) -> None:
+        try:
+            average_gradient(grads[rank], ranks.all_reduce_for(rank), ranks.world)
+        except BaseException as failure:  # noqa: BLE001 - re-raised below, in the caller
+            failures[rank] = failure
+            ranks.barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    errors = [e for e in failures if e is not None]
+    # A rank's own exception first; the others then only saw the barrier break.
+    errors.sort(key=lambda e: isinstance(e, threading.BrokenBarrierError))
+    error = errors[0] if errors else None
+    if error is not None and not isinstance(error, threading.BrokenBarrierError):
+        raise error
+    return {"stuck": error is not None, "calls": ranks.calls, "grads": grads}
+
+
+@exercise("ddp-average-hook", "average a gradient across ranks")
 def check_average_gradient(average_gradient: Callable[..., object]) -> None:
     """``average_gradient(grad, all_reduce, world_size)`` leaves the mean over ranks in ``grad``."""
     for world in (2, 3):
-        ranks = ThreadRanks(world)
         torch.manual_seed(world)
         grads = [torch.randn(5, dtype=torch.float64) for _ in range(world)]
         expected = torch.stack(grads).mean(0)
-        failures: list[BaseException | None] = [None] * world
-
-        def run(rank: int, ranks: ThreadRanks = ranks, grads: list = grads, fails: list = failures):
-            try:
-                average_gradient(grads[rank], ranks.all_reduce_for(rank), ranks.world)
-            except BaseException as failure:  # noqa: BLE001 - re-raised below, in the caller
-                fails[rank] = failure
-                ranks.barrier.abort()
-
-        threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-        errors = [e for e in failures if e is not None]
-        # A rank's own exception first; the others then only saw the barrier break.
-        errors.sort(key=lambda e: isinstance(e, threading.BrokenBarrierError))
-        error = errors[0] if errors else None
-        if isinstance(error, threading.BrokenBarrierError):
+        ran = observe(_run_ranks, average_gradient, grads, world)
+        if ran["stuck"]:
             raise AssertionError(
                 f"With {world} ranks some rank waited in all_reduce for the others in vain: "
                 "every rank must call all_reduce the same number of times."
             )
-        if error is not None:
-            raise error
-        for rank, grad in enumerate(grads):
-            if ranks.calls[rank] == 0:
+        for rank, grad in enumerate(ran["grads"]):
+            if ran["calls"][rank] == 0:
                 raise AssertionError(
                     f"Rank {rank} never called all_reduce: without it no rank learns about "
                     "the others' gradients."
@@ -101,7 +108,7 @@ BUCKET_CASES = [
 ]
 
 
-@exercise("ddp-buckets")
+@exercise("ddp-buckets", "fill the buckets")
 def check_buckets(assign: Callable[[list[int], int], list[list[int]]]) -> None:
     """``assign(sizes_in_bytes, cap_bytes)`` groups parameter indices like our DDP does."""
     for sizes, cap in BUCKET_CASES:

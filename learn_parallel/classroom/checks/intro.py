@@ -7,6 +7,7 @@ from torch import nn
 
 import learn_parallel as lp
 from learn_parallel.classroom import exercise, grading
+from learn_parallel.classroom.judge import observe
 from learn_parallel.classroom.tools import machine
 
 
@@ -27,7 +28,13 @@ def _slices(rows: int, devices: int) -> list[int]:
     return [len(c) for c in torch.arange(rows).chunk(devices)]
 
 
-@exercise("intro-rows")
+def _rows_and_seen(fn, dp: lp.DataParallel, batch: int) -> tuple:
+    """Run the answer where it lives; what it returned and what the model recorded."""
+    got = fn(dp, batch)
+    return got, [list(ids) for ids in dp.module.seen]
+
+
+@exercise("intro-rows", "Rows per replica")
 def rows_per_replica(fn) -> str:
     here = machine()
     model = Note().to(here.source)
@@ -35,18 +42,18 @@ def rows_per_replica(fn) -> str:
     batches = (7, 10, 3, 1) + ((13, 2) if grading() else ())
     for batch in batches:
         model.seen.append([-1])  # left over from an earlier call: the answer must clear it
-        got = fn(dp, batch)
+        got, seen = observe(_rows_and_seen, fn, dp, batch)
         expected = _slices(batch, len(here.devices))
         assert got == expected, f"{batch} rows: expected {expected}, got {got}"
-        rows = sorted(r for ids in model.seen for r in ids)
+        rows = sorted(r for ids in seen for r in ids)
         assert rows == list(range(batch)), (
             f"rows_per_replica(dp, {batch}) must clear dp.module.seen, run dp on {batch} rows "
-            f"(with row_ids) and count what it recorded; seen holds {model.seen}"
+            f"(with row_ids) and count what it recorded; seen holds {seen}"
         )
     return f"{fn(dp, 7)} for 7 rows"
 
 
-@exercise("intro-many")
+@exercise("intro-many", "Batches that leave a device idle")
 def idle_batches(fn) -> str:
     n = len(machine().devices)
     limit = 100 if grading() else 40

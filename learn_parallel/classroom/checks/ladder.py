@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from learn_parallel.classroom import exercise
+from learn_parallel.classroom.judge import observe
 from learn_parallel.classroom.tools import forbid, machine
 from learn_parallel.fast import FastDataParallel, move_into_flat
 
@@ -25,7 +26,7 @@ def real_plan(sizes: Sequence[int], cap: int) -> list[list[int]]:
     return [bucket.positions for bucket in fast._buckets]
 
 
-@exercise("bucket-plan")
+@exercise("bucket-plan", "Plan the buckets")
 def check_bucket_plan(plan_buckets: Callable[[Sequence[int], int], list[list[int]]]) -> None:
     for sizes, cap in CASES:
         sizes_bytes = [4 * s for s in sizes]
@@ -40,7 +41,19 @@ def check_bucket_plan(plan_buckets: Callable[[Sequence[int], int], list[list[int
         )
 
 
-@exercise("refresh-in-place")
+def _refreshed(refresh, originals: list, replica: list, flat: torch.Tensor) -> dict:
+    """Run the answer where it lives; what it left in the replica and the flat buffer."""
+    addresses = [p.data_ptr() for p in replica]
+    refresh(originals, replica, flat)
+    return {
+        "same_memory": [p.data_ptr() for p in replica] == addresses,
+        "replica": [p.detach() for p in replica],
+        "leaves": [p.is_leaf and p.requires_grad for p in replica],
+        "flat": flat,
+    }
+
+
+@exercise("refresh-in-place", "Refresh a replica in place")
 def check_refresh_in_place(refresh: Callable[..., None]) -> None:
     """``refresh(originals, replica_params, flat)``: new values, same memory."""
     devices = machine().devices[:2]
@@ -50,18 +63,17 @@ def check_refresh_in_place(refresh: Callable[..., None]) -> None:
     originals = [torch.randn(s, dtype=torch.double, device=source) for s in shapes]
     replica = [nn.Parameter(torch.zeros(s, dtype=torch.double, device=target)) for s in shapes]
     flat = move_into_flat(replica, target)
-    addresses = [p.data_ptr() for p in replica]
     for o in originals:
         o.mul_(3).add_(1)  # the optimizer stepped: the replica is stale
-    refresh(originals, replica, flat)
-    assert [p.data_ptr() for p in replica] == addresses, (
+    after = observe(_refreshed, refresh, originals, replica, flat)
+    assert after["same_memory"], (
         "A replica parameter moved to new memory: a CUDA graph captured the old address "
         "and would keep reading stale weights. Copy into the existing memory instead."
     )
-    for i, (p, o) in enumerate(zip(replica, originals)):
-        assert torch.equal(p.detach(), o.to(target)), f"Replica parameter {i} was not refreshed."
-        assert p.is_leaf and p.requires_grad, (
+    for i, (p, leaf, o) in enumerate(zip(after["replica"], after["leaves"], originals)):
+        assert torch.equal(p, o.to(target)), f"Replica parameter {i} was not refreshed."
+        assert leaf, (
             f"Replica parameter {i} is no longer a trainable leaf: refresh under torch.no_grad()."
         )
     expected = torch.cat([o.reshape(-1) for o in originals]).to(target)
-    assert torch.equal(flat, expected), "The flat buffer does not hold the new values."
+    assert torch.equal(after["flat"], expected), "The flat buffer does not hold the new values."

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from learn_parallel.classroom import exercise
+from learn_parallel.classroom.judge import observe
 from learn_parallel.classroom.tools import forbid, machine
 from learn_parallel.clone_replicate import ReduceAddEdge, clone_module_by_module, clone_replicate
 from learn_parallel.replicate import replicate
@@ -24,30 +25,21 @@ def _without_reduce_add_edge():
     return forbid(ReduceAddEdge, (ReduceAddEdge, "backward"))
 
 
-@exercise("reduce-add-edge")
-def check_reduce_add_edge(wire: Callable[..., Sequence[torch.Tensor]]) -> None:
-    """``wire(source, original, clones)`` connects every clone to ``original``'s gradient."""
-    devices = _devices()
-    source = devices[0].torch_device
-    generator = torch.Generator().manual_seed(0)
-    original = torch.randn(4, 3, generator=generator, dtype=torch.double)
-    original = original.to(source).requires_grad_()
-    clones = [original.detach().to(d.torch_device, copy=True) for d in devices]
+def _wired(wire, source, original, clones, probes) -> dict:
+    """Run the answer where it lives, then backward through what it returned, as data."""
     with _without_reduce_add_edge():
         wired = list(wire(source, original, clones))
-    assert len(wired) == len(clones), (
-        f"wire() returned {len(wired)} tensors for {len(clones)} clones: one per clone, in order."
-    )
-    for i, (out, clone) in enumerate(zip(wired, clones)):
-        assert out.grad_fn is not None, (
-            f"Tensor {i} has no grad_fn, so backward cannot reach the original through it: "
-            f"return the outputs of an autograd Function that took the original as an input."
-        )
-        assert out.device == clone.device and out.data_ptr() == clone.data_ptr(), (
-            f"Tensor {i} is not the clone itself (it has other storage or another device): "
-            f"the clone is already made; return it from forward unchanged, never a new copy."
-        )
-    probes = [torch.randn(4, 3, generator=generator, dtype=torch.double) for _ in clones]
+    described = {
+        "count": len(wired),
+        "grad_fn": [out.grad_fn is not None for out in wired],
+        "same": [
+            out.device == clone.device and out.data_ptr() == clone.data_ptr()
+            for out, clone in zip(wired, clones)
+        ],
+        "grad": None,
+    }
+    if len(wired) != len(clones) or not all(described["grad_fn"] + described["same"]):
+        return described
     # Each replica's term lives on its device: move it to the source before adding
     # (a sum across devices fails on GPUs as on simulated devices).
     loss = sum(
@@ -56,18 +48,47 @@ def check_reduce_add_edge(wire: Callable[..., Sequence[torch.Tensor]]) -> None:
     )
     with _without_reduce_add_edge():
         loss.backward()
+    described["grad"] = original.grad
+    described["clone_grads"] = [c.grad is not None for c in clones]
+    return described
+
+
+@exercise("reduce-add-edge", "Wire the reduce-add edge for one parameter")
+def check_reduce_add_edge(wire: Callable[..., Sequence[torch.Tensor]]) -> None:
+    """``wire(source, original, clones)`` connects every clone to ``original``'s gradient."""
+    devices = _devices()
+    source = devices[0].torch_device
+    generator = torch.Generator().manual_seed(0)
+    original = torch.randn(4, 3, generator=generator, dtype=torch.double)
+    original = original.to(source).requires_grad_()
+    clones = [original.detach().to(d.torch_device, copy=True) for d in devices]
+    probes = [torch.randn(4, 3, generator=generator, dtype=torch.double) for _ in clones]
+    wired = observe(_wired, wire, source, original, clones, probes)
+    assert wired["count"] == len(clones), (
+        f"wire() returned {wired['count']} tensors for {len(clones)} clones: one per clone, "
+        "in order."
+    )
+    for i, (has_grad_fn, same) in enumerate(zip(wired["grad_fn"], wired["same"])):
+        assert has_grad_fn, (
+            f"Tensor {i} has no grad_fn, so backward cannot reach the original through it: "
+            f"return the outputs of an autograd Function that took the original as an input."
+        )
+        assert same, (
+            f"Tensor {i} is not the clone itself (it has other storage or another device): "
+            f"the clone is already made; return it from forward unchanged, never a new copy."
+        )
     expected = sum((k + 1) * p for k, p in enumerate(probes))
-    assert original.grad is not None, "The original got no gradient: its edge is missing."
-    assert original.grad.device == source, (
-        f"The summed gradient must land on the source device {source}, "
-        f"not on {original.grad.device}."
+    grad = wired["grad"]
+    assert grad is not None, "The original got no gradient: its edge is missing."
+    assert grad.device == source, (
+        f"The summed gradient must land on the source device {source}, not on {grad.device}."
     )
     torch.testing.assert_close(
-        original.grad.cpu(), expected, rtol=1e-12, atol=1e-12,
+        grad.cpu(), expected, rtol=1e-12, atol=1e-12,
         msg="original.grad is not the sum of every replica's gradient (copy each one to the "
         "source device and add them all).",
     )  # fmt: skip
-    assert all(c.grad is None for c in clones), (
+    assert not any(wired["clone_grads"]), (
         "A clone received a gradient of its own: the only edge must lead to the original."
     )
 
@@ -97,7 +118,7 @@ def tied_replicas() -> dict[str, list[nn.Module]]:
     }
 
 
-@exercise("tied-weights")
+@exercise("tied-weights", "Which strategy keeps tied weights tied?")
 def check_tied_weights(prediction: dict[str, bool], shares_weight: Callable[[nn.Module], bool]):
     """``prediction[strategy]``: do its replicas keep the tie? ``shares_weight``: the test."""
     torch.manual_seed(0)

@@ -7,6 +7,7 @@ from torch import nn
 
 import learn_parallel as lp
 from learn_parallel.classroom import exercise
+from learn_parallel.classroom.judge import observe
 from learn_parallel.classroom.tools import Moves, forbid, learn_parallel_functions, machine
 
 
@@ -35,7 +36,7 @@ class _Template(nn.Module):
         return _fill(self.template, x)
 
 
-@exercise("options-kept")
+@exercise("options-kept", "Predict what stays apart")
 def kept_apart(fn) -> str:
     here = machine()
     cases = [
@@ -59,7 +60,22 @@ def kept_apart(fn) -> str:
     return f"{len(cases)} outputs predicted"
 
 
-@exercise("options-loss")
+def _loss_and_gradients(fn, net: nn.Module, outputs, y: torch.Tensor) -> dict:
+    """Run the answer where it lives, then backward from its loss: all of it as data."""
+    with Moves() as moves, forbid((torch, "cat"), *learn_parallel_functions()):
+        loss = fn(outputs, y)
+    moved = [tuple(s) for s in moves.moved_non_scalars_with_grad()]
+    if moved or not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+        return {"moved": moved, "loss": loss, "grads": None}
+    loss.backward()
+    return {"moved": moved, "loss": loss, "grads": [_grad(p) for p in net.parameters()]}
+
+
+def _grad(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.grad.clone() if tensor.grad is not None else torch.zeros_like(tensor)
+
+
+@exercise("options-loss", "A loss without gathering")
 def per_device_loss(fn) -> str:
     here = machine()
     torch.manual_seed(0)
@@ -69,9 +85,8 @@ def per_device_loss(fn) -> str:
         x, y = torch.randn(rows, 4, device=here.source), torch.randn(rows, 3, device=here.source)
         net.zero_grad()
         outputs = wrapped(x)
-        with Moves() as moves, forbid((torch, "cat"), *learn_parallel_functions()):
-            loss = fn(outputs, y)
-        moved = moves.moved_non_scalars_with_grad()
+        answer = observe(_loss_and_gradients, fn, net, outputs, y)
+        loss, moved = answer["loss"], answer["moved"]
         assert not moved, (
             f"{rows} rows: whole outputs of shape {tuple(moved[0])} were copied between devices; "
             f"compute on each device and move only scalars"
@@ -81,8 +96,7 @@ def per_device_loss(fn) -> str:
         assert torch.allclose(loss, expected, atol=1e-6), (
             f"{rows} rows: loss {loss.item():.5f}, expected {expected.item():.5f}"
         )
-        loss.backward()
-        got = [p.grad.clone() for p in net.parameters()]
+        got = answer["grads"]
         net.zero_grad()
         expected.backward()
         same = all(torch.allclose(g, p.grad, atol=1e-6) for g, p in zip(got, net.parameters()))

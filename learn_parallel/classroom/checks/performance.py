@@ -6,7 +6,7 @@ from learn_parallel.classroom import exercise, grading
 from learn_parallel.lab.timing import Hardware, PhaseRecord, Timeline
 
 
-@exercise("perf-efficiency")
+@exercise("perf-efficiency", "Parallel efficiency")
 def efficiency(fn) -> str:
     rows = [
         {"implementation": "single", "devices": 1, "status": "ok", "samples_per_s": 100.0},
@@ -26,7 +26,7 @@ def efficiency(fn) -> str:
     return str(got)
 
 
-@exercise("perf-forward-share")
+@exercise("perf-forward-share", "The forward pass's share")
 def forward_share(fn) -> str:
     records = [
         PhaseRecord("sim:0", "scatter", 0.0, 1.0, 0),

@@ -21,7 +21,7 @@ def measured_extra_bytes(model: nn.Module, ids: list[int]) -> int:
     return sum(new.values())
 
 
-@exercise("replicate-bytes")
+@exercise("replicate-bytes", "What replicas cost")
 def extra_bytes(fn) -> str:
     here = machine()
     m = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Linear(16, 2)).to(here.source)
@@ -32,7 +32,7 @@ def extra_bytes(fn) -> str:
     return f"e.g. {expected} bytes for {len(here.devices)} devices"
 
 
-@exercise("replicate-grads")
+@exercise("replicate-grads", "DataParallel's gradients by hand")
 def manual_grad(fn) -> str:
     here = machine()
     torch.manual_seed(1)

@@ -11,7 +11,7 @@ from learn_parallel.classroom.tools import Moves, forbid, learn_parallel_functio
 _CHUNK = ((torch, "chunk"), (torch.Tensor, "chunk"))
 
 
-@exercise("scatter-sizes")
+@exercise("scatter-sizes", "Piece sizes")
 def chunk_sizes(fn) -> str:
     most_rows, most_devices = (200, 16) if grading() else (40, 8)
     cases = [
@@ -28,7 +28,7 @@ def chunk_sizes(fn) -> str:
     return f"every batch of 1-{most_rows - 1} rows on 1-{most_devices} devices"
 
 
-@exercise("scatter-dict")
+@exercise("scatter-dict", "Scatter a dict by hand")
 def split_batch(fn) -> str:
     here = machine()
     torch.manual_seed(0)
@@ -48,9 +48,15 @@ def split_batch(fn) -> str:
                 f"{rows} rows, piece {i}: expected a dict with keys {sorted(e)}"
             )
             for key in e:
-                assert torch.equal(e[key], g[key]), f"{rows} rows, piece {i}: wrong {key!r}"
-                assert moves.placed(g[key], here.torch_device(i)), (
-                    f"{rows} rows, piece {i}: {key!r} was not sent to device {here.devices[i]} "
+                where, wanted = f"{rows} rows, piece {i}", here.torch_device(i)
+                assert isinstance(g[key], torch.Tensor), f"{where}: {key!r} is not a tensor"
+                assert g[key].device == wanted, (  # before comparing: equal() mixes devices
+                    f"{where}: {key!r} is on {g[key].device}, expected {wanted} "
+                    f"(use .to(the device's torch_device))"
+                )
+                assert torch.equal(e[key], g[key]), f"{where}: wrong {key!r}"
+                assert moves.placed(g[key], wanted), (
+                    f"{where}: {key!r} was not sent to device {here.devices[i]} "
                     f"(use .to(the device's torch_device))"
                 )
     return "pieces match lp.scatter and sit on their devices, for 1, 3 and 10 rows"

@@ -8,6 +8,7 @@ from torch.utils.data import DataLoader
 
 import learn_parallel as lp
 from learn_parallel.classroom import exercise
+from learn_parallel.classroom.judge import observe
 from learn_parallel.classroom.tools import Moves, forbid, learn_parallel_functions, machine
 
 
@@ -17,7 +18,7 @@ def _items(rows: int) -> list[dict]:
     ]
 
 
-@exercise("tuple-parallel-dict-collate")
+@exercise("tuple-parallel-dict-collate", "A collate function for dicts")
 def collate_dicts(fn) -> str:
     here = machine()
     with forbid(*learn_parallel_functions()):
@@ -53,7 +54,19 @@ def collate_dicts(fn) -> str:
     return "every split from 1 to 12 rows, and through a DataLoader"
 
 
-@exercise("tuple-parallel-loss")
+def _loss_and_gradients(fn, outs: list, ts: list, source: torch.device) -> dict:
+    """Run the answer where it lives, then backward from its loss: all of it as data."""
+    with Moves() as moves, forbid((torch, "cat"), *learn_parallel_functions()):
+        got = fn(outs, ts, source)
+    moved = [tuple(s) for s in moves.moved_non_scalars_with_grad()]
+    if moved or not isinstance(got, torch.Tensor) or got.dim() != 0:
+        return {"moved": moved, "loss": got, "grads": None}
+    got.backward()
+    grads = [o.grad if o.grad is not None else torch.zeros_like(o) for o in outs]
+    return {"moved": moved, "loss": got, "grads": grads}
+
+
+@exercise("tuple-parallel-loss", "Cross-entropy per device")
 def cross_entropy_per_device(fn) -> str:
     here = machine()
     torch.manual_seed(0)
@@ -70,9 +83,8 @@ def cross_entropy_per_device(fn) -> str:
             ]
             ts = [t.to(d) for t, d in zip(labels.tensor_split(pieces), places)]
             where = f"{rows} rows in {pieces} pieces"
-            with Moves() as moves, forbid((torch, "cat"), *learn_parallel_functions()):
-                got = fn(outs, ts, here.source)
-            moved = moves.moved_non_scalars_with_grad()
+            answer = observe(_loss_and_gradients, fn, outs, ts, here.source)
+            got, moved = answer["loss"], answer["moved"]
             assert not moved, (
                 f"{where}: whole logits of shape {tuple(moved[0])} were copied between "
                 f"devices; compute each device's part where it is and move only scalars"
@@ -85,8 +97,7 @@ def cross_entropy_per_device(fn) -> str:
             assert torch.allclose(got.cpu(), expected), (
                 f"{where}: expected {expected.item():.6f}, got {got.item():.6f}"
             )
-            got.backward()
             expected.backward()
-            grads = torch.cat([o.grad.cpu() for o in outs])
+            grads = torch.cat([g.cpu() for g in answer["grads"]])
             assert torch.allclose(grads, whole.grad), f"{where}: gradients differ"
     return "9-11 rows in 2-4 pieces, value and gradients"
