@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             chosen = make_track(args.out, args.tasks)
         except FileNotFoundError as error:
-            parser.error(str(error))
+            track.error(str(error))
         for task in chosen:
             print(f"{task.name}: {task.qualname} in {args.out / 'learn_parallel' / task.module}")
         return 0
