@@ -34,6 +34,120 @@ REPLACEMENTS: list[tuple[str, str, str]] = [
         'BOOK = ROOT / "book"  # the chapters: a checkout of the repository\n',
         "BOOK = files.book()  # the chapters: book/ of a clone, or the copies the wheel carries\n",
     ),
+    # -- sentences from before simulated devices were distinct devices ------------------------
+    (
+        "scatter",
+        "On simulated devices every slice already lives in host memory and\n"
+        "`.to()` returns the same tensor, so the left bars show only Python overhead: a reminder "
+        "that\na laptop measures host costs, not transfers.",
+        "On simulated devices the first slice is already on `sim:0`, so its `.to()` returns the\n"
+        "same tensor and its bar is Python overhead alone; every other slice is copied to its\n"
+        "device inside host memory, so those bars are a memory "
+        "copy, not a transfer over a link: a\n"
+        "reminder that a laptop measures host costs, not transfers.",
+    ),
+    (
+        "gather",
+        "On simulated devices every bar is a concatenation in host memory.",
+        "On simulated devices every bar is a copy, inside host memory, of each piece that is not\n"
+        "on the target yet, then a concatenation.",
+    ),
+    (
+        "tuple_parallel",
+        "Each output stays where it was computed. On simulated devices every tensor really lives "
+        "on the\nCPU, so `out.device` prints `cpu`; on a GPU machine the same cell prints "
+        "`cuda:0`, `cuda:1`,\nand so on.",
+        "Each output stays where it was computed: `out.device` prints `sim:0`, `sim:1`, and so on\n"
+        "on simulated devices, and `cuda:0`, `cuda:1`, and so on on a GPU machine.",
+    ),
+    (
+        "tuple_parallel",
+        "On a GPU machine the usual mistake is a piece still sitting on the first GPU. Simulated\n"
+        "devices cannot show that mistake, because all of them are backed by the CPU, so the check "
+        "can\nonly compare backing torch devices. As in the source-device chapter, the `meta` "
+        'device stands\nin for "somewhere else":',
+        "The usual mistake is a piece still sitting on the "
+        "first device. Simulated devices show it\n"
+        "as GPUs do, since each of them is a device of its "
+        "own (with a single device, a piece left\n"
+        "on the host stands in):",
+    ),
+    (
+        "tuple_parallel",
+        'misplaced[-1] = misplaced[-1].to("meta")',
+        'misplaced[-1] = misplaced[-1].to(DEVICES[0].torch_device if len(DEVICES) > 1 else "cpu")',
+    ),
+    (
+        "options",
+        "On GPUs, leaving the last\npiece on the first GPU is the natural mistake. Simulated "
+        "devices all keep their tensors in\nhost memory, so no CPU tensor can be on the *wrong* "
+        "one; there a tensor on PyTorch's `meta`\ndevice (which has no data and belongs to no "
+        "device) stands in for the misplaced piece.",
+        "Leaving the last\npiece on the first device is the natural mistake, and simulated "
+        "devices show it as GPUs do,\nsince each of them is a device of its own (with a single "
+        "device, a piece left on the host\nstands in).",
+    ),
+    (
+        "options",
+        'if KIND == "cuda" and len(DEVICES) > 1:\n'
+        "    wrong_place = DEVICES[0].torch_device  # a real GPU, only not the last piece's\n"
+        "else:\n"
+        '    wrong_place = torch.device("meta")\n',
+        "# The first device: a real one, only not the last piece's.\n"
+        'wrong_place = DEVICES[0].torch_device if len(DEVICES) > 1 else torch.device("cpu")\n',
+    ),
+    (
+        "options",
+        "On simulated devices nothing crosses between devices (every piece is already in host\n"
+        "memory), so the left panel shows only what the regathered chain adds on the host: a\n"
+        "concatenation of the feature map forward and a split of its gradient backward.",
+        "On simulated devices a move between devices is a copy inside host memory, not a transfer\n"
+        "over a link, so the left panel shows what the regathered chain adds on the host: copying\n"
+        "the feature map's pieces to the source device, joining them and splitting them out again\n"
+        "forward, and the same for its gradient backward.",
+    ),
+    (
+        "source_device",
+        "On a GPU machine the classic mistake is a model left "
+        "on the CPU. On simulated devices the\n"
+        "CPU *is* where device memory lives, so we need another wrong place. PyTorch's `meta` "
+        "device\nworks on every machine: a tensor there has a shape but no data. Here is a model "
+        "whose last\nlayer was (by mistake) moved there:",
+        "The classic mistake is a model, or part of one, left on the CPU. The CPU is a device of\n"
+        "its own beside simulated devices, as it is beside "
+        "GPUs, so the mistake fails the same way\n"
+        "on every machine. Here is a model whose last layer was (by mistake) left there:",
+    ),
+    (
+        "source_device",
+        'model[2].to("meta")  # the mistake: one layer ends up somewhere else',
+        'model[2].to("cpu")  # the mistake: one layer stays on the host',
+    ),
+    (
+        "source_device",
+        'bn_model[1].running_mean = torch.zeros(8, device="meta")',
+        "bn_model[1].running_mean = torch.zeros(8)  # a buffer made on the host",
+    ),
+    (
+        "source_device",
+        "`dp.to(...)` moves the wrapped module with it (`to_empty` allocates memory for the meta\n"
+        "tensors, then we initialise them again):",
+        "`dp.to(...)` moves the wrapped module with it:",
+    ),
+    (
+        "source_device",
+        "dp.to_empty(device=SOURCE)\n"
+        "torch.manual_seed(0)\n"
+        "for layer in dp.module:\n"
+        '    if hasattr(layer, "reset_parameters"):\n'
+        "        layer.reset_parameters()\n",
+        "dp.to(SOURCE)\n",
+    ),
+    (
+        "source_device",
+        'stray[1].to("meta")',
+        'stray[1].to("cpu")',
+    ),
 ]
 
 
