@@ -9,6 +9,8 @@ an edit whose new text is already there is skipped; one whose old text is missin
 * every chapter: links to other chapters name the notebook file (``performance.ipynb``),
   which Jupyter, nbconvert HTML and the built site all resolve.
 * sentences written before simulated devices became distinct devices, corrected.
+* data_parallel.ipynb: the list of deliberate differences from PyTorch, moved from the README,
+  as a new Markdown cell before "## Exercises".
 """
 
 from __future__ import annotations
@@ -151,6 +153,44 @@ REPLACEMENTS: list[tuple[str, str, str]] = [
 ]
 
 
+DIFFERENCES = """## Where it differs from `torch.nn.DataParallel`
+
+The signatures are PyTorch's, so a program can swap one `DataParallel` for the other. The
+behaviour differs on purpose in a few places, each of them tested:
+
+- bad `device_ids` (empty, duplicated, out of range) get errors that name the fix;
+- the forward-pass device check names the offending parameter or buffer;
+- tensors of different sizes along the batch dimension in one call raise instead of
+  silently pairing rows that do not belong together, a `PackedSequence` is refused
+  with the padded alternative, and keyword arguments stay aligned with positional
+  ones on batches smaller than the number of devices;
+- a replica's exception is raised again as the very same object (type, attributes,
+  cause and traceback), with the replica and device added as a note;
+- `parallel_apply` keeps one worker thread per device for the life of the process
+  (so thread-local caches such as cuDNN's survive between steps: the
+  [performance chapter](performance.ipynb) measures it), and workers adopt the caller's
+  autocast dtype, not only whether autocast is on, and its saved-tensor hooks
+  (`save_on_cpu`);
+- replicas expose their parameter copies through `replica.parameters()`;
+- non-tensor outputs are gathered into a list with one value per replica."""
+
+# (notebook, first line of the cell to insert before, new Markdown cell): moved from the README.
+INSERTIONS: list[tuple[str, str, str]] = [("data_parallel", "## Exercises", DIFFERENCES)]
+
+
+def insert_before(notebook: nbformat.NotebookNode, name: str, heading: str, text: str) -> bool:
+    """Insert a Markdown cell before the one cell that starts with ``heading``; False if a
+    cell with the new cell's first line is already there."""
+    first = text.splitlines()[0]
+    if any(c.source.startswith(first) for c in notebook.cells):
+        return False
+    at = [i for i, c in enumerate(notebook.cells) if c.source.startswith(heading)]
+    if len(at) != 1:
+        raise SystemExit(f"{name}: {len(at)} cells start with {heading!r}")
+    notebook.cells.insert(at[0], nbformat.v4.new_markdown_cell(text))
+    return True
+
+
 def replace(notebook: nbformat.NotebookNode, name: str, old: str, new: str) -> bool:
     """Replace ``old`` by ``new`` in the one cell that holds it; False if already done."""
     holding = [c for c in notebook.cells if old in c.source]
@@ -190,6 +230,9 @@ def main() -> int:
     for name, old, new in REPLACEMENTS:
         if replace(notebooks[name], name, old, new):
             changed.setdefault(name, []).append(f"replaced {old.splitlines()[0][:50]!r}")
+    for name, heading, text in INSERTIONS:
+        if insert_before(notebooks[name], name, heading, text):
+            changed.setdefault(name, []).append(f"inserted {text.splitlines()[0]!r}")
     for name, notebook in notebooks.items():
         links = link_files(notebook, chapters)
         if links:
