@@ -5,7 +5,8 @@ only (cells matched by unique text), keeps metadata, tags and outputs, and can r
 an edit whose new text is already there is skipped; one whose old text is missing fails.
 
 * teaching.ipynb: the chapters come from ``learn_parallel.classroom.files.book()`` (a
-  clone's ``book/``, or the copies a wheel carries), not from ``parents[1] / "book"``.
+  clone's ``book/``, or the copies a wheel carries), not from ``parents[1] / "book"``; on
+  Colab the setup cell installs the package, as every chapter's does.
 * every chapter: links to other chapters name the notebook file (``performance.ipynb``),
   which Jupyter, nbconvert HTML and the built site all resolve.
 * sentences written before simulated devices became distinct devices, corrected.
@@ -35,6 +36,18 @@ REPLACEMENTS: list[tuple[str, str, str]] = [
         "ROOT = Path(learn_parallel.__file__).resolve().parents[1]\n"
         'BOOK = ROOT / "book"  # the chapters: a checkout of the repository\n',
         "BOOK = files.book()  # the chapters: book/ of a clone, or the copies the wheel carries\n",
+    ),
+    (  # opened on Colab, the guide installs the package as every chapter does
+        "teaching",
+        "import contextlib\nimport io\nimport subprocess\nimport sys\nimport tempfile\n"
+        "import time\nfrom pathlib import Path\n\nimport matplotlib.pyplot as plt\n",
+        "import contextlib\nimport importlib.util\nimport io\nimport subprocess\nimport sys\n"
+        "import tempfile\nimport time\nfrom pathlib import Path\n\n"
+        'if importlib.util.find_spec("learn_parallel") is None:  # e.g. on Colab: install the '
+        "package\n"
+        '    REPO = "git+https://github.com/learn-parallel/learn-parallel"\n'
+        '    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", REPO])\n\n'
+        "import matplotlib.pyplot as plt\n",
     ),
     # -- sentences from before simulated devices were distinct devices ------------------------
     (
