@@ -4,9 +4,16 @@
   Sphinx) has no raw MyST directive markup in its Markdown, and each ``show_source``
   cell's stored output holds the current source of what it names, under that file's name
   and lines.
+* ``test_plain_nbconvert_links_*``: every relative link or image in the HTML names a file
+  that exists (links between chapters name the ``.ipynb``).
+* ``test_stored_outputs_name_no_path_*``: no stored output names an absolute path of the
+  machine that executed the book (tracebacks included).
 * ``test_the_wheel_runs_a_chapter_offline``: a wheel of the package, installed into a
   fresh virtual environment outside the repository, executes a chapter with every network
   connection refused, recorded H200 plots included (they ship in the wheel).
+* ``test_the_wheel_runs_the_teachers_guide_*``: from that wheel the teacher's guide runs
+  (handouts, grading, the track, from the chapters the wheel carries), and ``track OUT``
+  writes the task tests.
 * ``test_missing_recordings_*``: without the recorded runs a chapter says so once and runs
   everything it measures live; the cells that read the recording are skipped, not broken.
 * ``test_launch_links_*``: every Colab/launch link of the built site names a notebook that
