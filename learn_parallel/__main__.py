@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import device_count, device_type
+from learn_parallel.devices import device_type
 from learn_parallel.lab import bench
 
 
@@ -53,7 +53,8 @@ def demo(batch: int, devices: int | None, features: int = 16) -> None:
     out = dp(x, row_ids=rows)
     out.sum().backward()
 
-    print(f"\nA batch of {batch} rows was split into {len(log)} pieces (after one warm-up step):")
+    pieces = f"{len(log)} piece{'' if len(log) == 1 else 's'}"
+    print(f"\nA batch of {batch} rows was split into {pieces} (after one warm-up step):")
     for first, last, device, where, seconds in sorted(log, key=lambda r: r[0]):
         print(
             f"  rows {first:>3}-{last:<3} -> {where} (tensors on {device}, {seconds * 1e3:.2f} ms)"
@@ -76,21 +77,10 @@ def _positive(text: str) -> int:
     return value
 
 
-def _device_count_error(asked: int) -> str | None:
-    """Why ``--devices asked`` cannot run here, with the fix; None if it can."""
-    have = device_count()
-    if asked <= have:
-        return None
-    if device_type() == "sim":
-        return (
-            f"argument --devices: {asked} devices asked for, but there are only {have} "
-            f"simulated devices; set LEARN_PARALLEL_SIMULATED_DEVICES={asked} to simulate more"
-        )
-    return f"argument --devices: {asked} devices asked for, but this machine has {have} GPUs"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m learn_parallel", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m learn_parallel", description=bench.plain(__doc__)
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     run_demo = commands.add_parser(
         "demo", help="run one DataParallel step and show how the batch was split"
@@ -110,11 +100,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.command == "demo":
-        problem = None if args.devices is None else _device_count_error(args.devices)
+        problem = bench.argument_error(argparse.Namespace(devices=[args.devices or 1]))
         if problem:
             run_demo.error(problem)
         demo(args.batch, args.devices)
     elif args.command == "bench":
+        problem = bench.argument_error(args)
+        if problem:
+            run_bench.error(problem)
         return bench.run_cli(args, argv[argv.index("bench") + 1 :])
     return 0
 

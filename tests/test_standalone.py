@@ -4,9 +4,16 @@
   Sphinx) has no raw MyST directive markup in its Markdown, and each ``show_source``
   cell's stored output holds the current source of what it names, under that file's name
   and lines.
+* ``test_plain_nbconvert_links_*``: every relative link or image in the HTML names a file
+  that exists (links between chapters name the ``.ipynb``).
+* ``test_stored_outputs_name_no_path_*``: no stored output names an absolute path of the
+  machine that executed the book (tracebacks included).
 * ``test_the_wheel_runs_a_chapter_offline``: a wheel of the package, installed into a
   fresh virtual environment outside the repository, executes a chapter with every network
   connection refused, recorded H200 plots included (they ship in the wheel).
+* ``test_the_wheel_runs_the_teachers_guide_*``: from that wheel the teacher's guide runs
+  (handouts, grading, the track, from the chapters the wheel carries), and ``track OUT``
+  writes the task tests.
 * ``test_missing_recordings_*``: without the recorded runs a chapter says so once and runs
   everything it measures live; the cells that read the recording are skipped, not broken.
 * ``test_launch_links_*``: every Colab/launch link of the built site names a notebook that
@@ -125,6 +132,49 @@ def test_plain_nbconvert_shows_the_real_source(path):
             assert source.text.strip() in text, f"{path.name}: {args} shows stale source"
             shown += 1
     assert shown >= 1 or path.stem in NO_SOURCE, f"{path.name} shows none of the package's source"
+
+
+# A path that starts at the file system's root (not a URL's path, not a relative path).
+ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~-])/(?:[\w.@+~-]+/)+[\w.@+~-]+")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _output_texts(output) -> list[str]:
+    texts = [output.get("text", ""), output.get("evalue", ""), *output.get("traceback", [])]
+    texts += [v for k, v in output.get("data", {}).items() if k.startswith("text/")]
+    return [ANSI.sub("", t if isinstance(t, str) else "".join(t)) for t in texts]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_plain_nbconvert_links_point_at_files_that_exist(path):
+    """A link between chapters names a file (``performance.ipynb``): Jupyter and nbconvert
+    open it as it is, and the site's MyST turns it into the built page."""
+    _, page = _plain_html(path)
+    broken = []
+    for tag, attribute in (("a", "href"), ("img", "src")):
+        for element in page.find_all(tag):
+            target = element.get(attribute) or ""
+            if not target or re.match(r"[a-z][\w+.-]*:|#", target):  # a URL, data:, an anchor
+                continue
+            if not (path.parent / target.split("#")[0].split("?")[0]).exists():
+                broken.append(target)
+    assert not broken, f"{path.name} links to files that do not exist: {broken}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_outputs_name_no_path_of_the_build_machine(path):
+    """Tracebacks and printed paths say ``learn_parallel/replicate.py`` or ``torch/...``,
+    not where the book was executed (``learn_parallel.lab.tracebacks``)."""
+    nb, _ = _plain_html(path)
+    found = {
+        match
+        for cell in nb.cells
+        for output in cell.get("outputs", [])
+        for text in _output_texts(output)
+        for match in ABSOLUTE_PATH.findall(text)
+    }
+    examples = sorted(found)[:3]
+    assert not found, f"{path.name}: stored outputs name {len(found)} paths, e.g. {examples}"
 
 
 def test_show_source_wraps_long_lines_and_names_the_file():
@@ -254,7 +304,12 @@ def offline_venv(tmp_path_factory) -> Path:
         src / "learn_parallel",
         ignore=shutil.ignore_patterns("__pycache__"),
     )
-    for name in ("pyproject.toml", "README.md"):
+    # setup.py adds the chapters (no outputs), the track's tests and the grading workflow
+    # to the wheel, so the classroom tools work outside a clone.
+    shipped = ["tests/track/test_tasks.py", ".github/classroom/autograde.yml"]
+    shipped += [str(p.relative_to(ROOT)) for p in NOTEBOOKS]
+    for name in ["pyproject.toml", "README.md", "setup.py", "MANIFEST.in", *shipped]:
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, src / name)
     wheels = work / "wheels"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
@@ -267,6 +322,8 @@ def offline_venv(tmp_path_factory) -> Path:
     names = zipfile.ZipFile(wheel).namelist()
     for machine in ("h200-x4", "h200-x2"):
         assert f"learn_parallel/lab/recorded/{machine}/bench.json" in names
+    for name in shipped:
+        assert f"learn_parallel/classroom/shipped/{name}" in names
 
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
@@ -356,6 +413,62 @@ def test_the_wheel_runs_a_chapter_offline(offline_venv, tmp_path):
     assert plots, "no live-beside-recorded plot was drawn"
     shown = [o for c in nb.cells for o in c.get("outputs", []) if "text/html" in o.get("data", {})]
     assert any("learn_parallel/scatter_gather.py, lines" in o["data"]["text/html"] for o in shown)
+
+
+def test_the_wheel_runs_the_teachers_guide_and_the_track_command(offline_venv, tmp_path):
+    """Outside a clone the guide finds the chapters the wheel carries, and ``track OUT``
+    writes the task tests (from the wheel too) instead of failing on a missing file."""
+    env = _simulated_env()
+    env.pop("PYTHONPATH", None)
+    env.pop("LEARN_PARALLEL_DATA", None)
+    guide = tmp_path / "teaching.ipynb"
+    shutil.copy(BOOK / "teaching.ipynb", guide)
+    run = subprocess.run(
+        [
+            offline_venv,
+            "-c",
+            "import sys, nbformat\n"
+            "from nbclient import NotebookClient\n"
+            "nb = nbformat.read(sys.argv[1], as_version=4)\n"
+            "nb.cells.append(nbformat.v4.new_code_cell('print(BOOK)'))\n"
+            "NotebookClient(nb, timeout=600, kernel_name='python3').execute()\n"
+            "nbformat.write(nb, sys.argv[1])\n",
+            guide,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    nb = nbformat.read(guide, as_version=4)
+    book = Path(nb.cells[-1].outputs[0]["text"].strip())
+    assert book.is_relative_to(offline_venv.parent.parent) and book.parts[-2:] == (
+        "shipped",
+        "book",
+    ), book
+    text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    from learn_parallel.classroom.notebooks import exercises
+
+    with_exercises = [p for p in NOTEBOOKS if exercises(nbformat.read(p, as_version=4))]
+    assert f"exercises in {len(with_exercises)} chapters" in text
+    assert f"{len(with_exercises)} student copies" in text
+    assert "submissions/ada/scatter.ipynb  scatter          2/2" in text
+    assert "task_scatter    Scatter.forward" in text
+
+    track = subprocess.run(
+        [offline_venv, "-m", "learn_parallel.classroom", "track", tmp_path / "track"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert track.returncode == 0, track.stderr
+    tests = (tmp_path / "track" / "tests" / "test_tasks.py").read_text()
+    assert tests == (ROOT / "tests" / "track" / "test_tasks.py").read_text()
+    assert not (tmp_path / "track" / "learn_parallel" / "classroom" / "shipped").exists()
 
 
 # -- launch links and the repository URL -----------------------------------------------------

@@ -13,7 +13,16 @@ import json
 import sys
 from pathlib import Path
 
-from learn_parallel.classroom.track import ROOT, TASKS
+from learn_parallel.classroom import files
+from learn_parallel.classroom.track import TASKS
+
+
+def _book() -> Path | None:
+    """The chapters (a checkout's ``book/`` or the wheel's copies), or None."""
+    try:
+        return files.book()
+    except FileNotFoundError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     handouts = commands.add_parser("handouts", help="write student copies of the chapters")
     handouts.add_argument("out", type=Path)
-    handouts.add_argument("--book", type=Path, default=ROOT / "book")
+    handouts.add_argument("--book", type=Path, default=_book())
     handouts.add_argument(
         "--no-package",
         action="store_true",
@@ -34,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument(
         "--reference",
         type=Path,
-        default=ROOT / "book" if (ROOT / "book").is_dir() else None,
+        default=_book(),
         help="folder of reference notebooks whose check cells are used (default: the book; "
         "without it, each submission's own check cells)",
     )
@@ -63,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "handouts":
         from learn_parallel.classroom.handouts import make_handouts
 
-        if not args.book.is_dir():
+        if args.book is None or not args.book.is_dir():
             parser.error(f"no book folder at {args.book}; pass --book PATH/TO/book")
         for path in make_handouts(args.book, args.out, package=not args.no_package):
             print(path)
@@ -99,7 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "track":
         from learn_parallel.classroom.track import make_track
 
-        for task in make_track(args.out, args.tasks):
+        try:
+            chosen = make_track(args.out, args.tasks)
+        except FileNotFoundError as error:
+            track.error(str(error))
+        for task in chosen:
             print(f"{task.name}: {task.qualname} in {args.out / 'learn_parallel' / task.module}")
         return 0
     if args.command == "result":

@@ -13,11 +13,8 @@ from pathlib import Path
 import nbformat
 from nbconvert.preprocessors import ClearOutputPreprocessor, TagRemovePreprocessor
 
+from learn_parallel.classroom import files
 from learn_parallel.classroom.notebooks import SOLUTION, exercises
-
-ROOT = Path(__file__).resolve().parents[2]
-WORKFLOW = ROOT / ".github" / "classroom" / "autograde.yml"
-
 
 STUDENT_README = """# learn-parallel exercises
 
@@ -66,23 +63,23 @@ def make_handouts(book: Path, out: Path, package: bool = True) -> list[Path]:
     if not written:
         raise ValueError(f"No notebook with exercises in {book}.")
     if package:
-        source = ROOT / "learn_parallel"
         shutil.copytree(
-            source,
+            files.PACKAGE,
             out / "_package" / "learn_parallel",
             dirs_exist_ok=True,
-            ignore=shutil.ignore_patterns("__pycache__"),
+            ignore=shutil.ignore_patterns("__pycache__", files.SHIPPED.name),
         )
-        shutil.copy(ROOT / "pyproject.toml", out / "_package" / "pyproject.toml")
+        shutil.copy(files.pyproject(), out / "_package" / "pyproject.toml")
         (out / "_package" / "README.md").write_text(
             "The learn-parallel package these chapters use (installed by the grading workflow).\n"
         )
         (out / "README.md").write_text(STUDENT_README)
-        if WORKFLOW.exists():
+        workflow = files.workflow()
+        if workflow.exists():
             ids = [e.id for p in written for e in exercises(nbformat.read(str(p), as_version=4))]
             workflows = out / ".github" / "workflows"
             workflows.mkdir(parents=True, exist_ok=True)
-            (workflows / WORKFLOW.name).write_text(classroom_workflow(WORKFLOW.read_text(), ids))
+            (workflows / workflow.name).write_text(classroom_workflow(workflow.read_text(), ids))
     return written
 
 

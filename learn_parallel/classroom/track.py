@@ -4,9 +4,9 @@ to write, and per-task tests (``pytest -m task_scatter``) that the autograder ru
 The reference package stays the source of truth and carries no markers: each task
 names a function by file and qualified name, and the generator replaces that
 function's body (after its docstring) with ``raise NotImplementedError``. The
-task tests live in ``tests/track/test_tasks.py`` and run unchanged against the
-reference (where they pass) and the student copy (where they pass once the task is
-done).
+task tests live in ``tests/track/test_tasks.py`` (a wheel carries a copy, see
+`learn_parallel.classroom.files`) and run unchanged against the reference (where they
+pass) and the student copy (where they pass once the task is done).
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "learn_parallel"
-TASK_TESTS = ROOT / "tests" / "track" / "test_tasks.py"
+from learn_parallel.classroom import files
 
 
 @dataclass(frozen=True)
@@ -106,16 +104,16 @@ def make_track(out: Path, tasks: list[str] | None = None) -> list[Task]:
     if tasks is not None and len(chosen) != len(set(tasks)):
         unknown = sorted(set(tasks) - {t.name for t in TASKS})
         raise ValueError(f"Unknown tasks {unknown}; choose from {[t.name for t in TASKS]}.")
+    task_tests = files.track_tests()  # first: outside a clone it may be missing
     out.mkdir(parents=True, exist_ok=True)
     target = out / "learn_parallel"
-    shutil.copytree(
-        PACKAGE, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
-    )
+    ignore = shutil.ignore_patterns("__pycache__", files.SHIPPED.name)
+    shutil.copytree(files.PACKAGE, target, dirs_exist_ok=True, ignore=ignore)
     for task in chosen:
         path = target / task.module
         path.write_text(stub_source(path.read_text(), task))
     (out / "tests").mkdir(exist_ok=True)
-    shutil.copy(TASK_TESTS, out / "tests" / "test_tasks.py")
+    shutil.copy(task_tests, out / "tests" / "test_tasks.py")
     markers = "\n".join(f"    {t.name}: {t.hint}" for t in TASKS)
     (out / "pytest.ini").write_text(
         "[pytest]\n"

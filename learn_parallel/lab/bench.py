@@ -16,6 +16,7 @@ import datetime
 import gc
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -85,6 +86,36 @@ class Settings:
     plots: bool = True
     notes: list[str] = field(default_factory=list)
     trace: Path | None = None  # Chrome/Perfetto traces: PATH's stem + "-<group>-<impl>-<n>.json"
+
+
+def plain(doc: str | None) -> str:
+    """A docstring for ``--help``: reStructuredText's backticks dropped (argparse prints
+    text as it is)."""
+    text = re.sub(r"``(.+?)``", r"\1", doc or "")
+    return re.sub(r"`([^`\n]+)`", r"\1", text)
+
+
+def device_count_error(asked: int) -> str | None:
+    """Why ``--devices`` asking for ``asked`` devices cannot run here, with the fix; None if it
+    can. ``demo`` and ``bench`` both refuse, rather than one of them simulating more."""
+    have = device_count()
+    if asked <= have:
+        return None
+    if device_type() == "sim":
+        return (
+            f"argument --devices: {asked} devices asked for, but there are only {have} "
+            f"simulated devices; set {SIMULATED_DEVICES_ENV}={asked} to simulate more"
+        )
+    return f"argument --devices: {asked} devices asked for, but this machine has {have} GPUs"
+
+
+def argument_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with parsed ``bench`` options on this machine, in one line; or None."""
+    try:
+        device_count()  # reads LEARN_PARALLEL_SIMULATED_DEVICES: a bad value fails here
+    except ValueError as error:
+        return str(error)
+    return device_count_error(max(args.devices)) if args.devices else None
 
 
 def _int_list(text: str) -> list[int]:
@@ -283,14 +314,9 @@ def _device_counts(args: argparse.Namespace, notes: list[str]) -> list[int]:
     available = device_count()
     default_counts = [n for n in (1, 2, 4, 8, 16) if n <= available] + [available]
     devices = args.devices or ([1, 2] if args.quick else sorted(set(default_counts)))
-    if max(devices) > available:
-        if on_gpus():
-            raise SystemExit(
-                f"--devices asks for {max(devices)} GPUs but only {available} are visible."
-            )
-        # Simulated devices are only threads: make as many as were asked for.
-        os.environ[SIMULATED_DEVICES_ENV] = str(max(devices))
-        notes.append(f"{SIMULATED_DEVICES_ENV} set to {max(devices)}")
+    problem = device_count_error(max(devices))
+    if problem:  # the command lines say so before they get here (argument_error)
+        raise ValueError(problem)
     return devices
 
 
@@ -498,6 +524,19 @@ def run_ddp(count: int, groups: Sequence[Group], settings: Settings) -> list[dic
     result_path = folder / f"result-{count}.json"
     log_path = folder / f"torchrun-{count}.log"
     result_path.unlink(missing_ok=True)
+    # A rank without data would leave the others waiting in all-reduce: a group whose batch
+    # leaves the last rank empty is marked failed on its own, the others still run.
+    rows = {g.key: _row(g, "ddp", count) for g in groups}
+    for g in groups:
+        if share(g.workload.batch, count, count - 1) == 0:
+            rows[g.key].update(
+                status="failed",
+                note=f"global batch {g.workload.batch} too small for {count} processes "
+                f"(split like chunk, the last rank gets no rows)",
+            )
+    groups = [g for g in groups if rows[g.key]["status"] != "failed"]
+    if not groups:
+        return list(rows.values())
     jobs = [
         {"key": g.key, "workload": g.workload.to_dict(), "cudnn_benchmark": bool(g.cudnn_benchmark)}
         for g in groups
@@ -515,15 +554,9 @@ def run_ddp(count: int, groups: Sequence[Group], settings: Settings) -> list[dic
         f"--nproc_per_node={count}", "-m", "learn_parallel.lab.bench_ddp",
         "--config", str(config_path), "--result", str(result_path),
     ]  # fmt: skip
-    rows = [_row(g, "ddp", count) for g in groups]
-    too_small = [g for g in groups if share(g.workload.batch, count, count - 1) == 0]
-    if too_small:  # a rank without data would leave the others waiting in all-reduce
-        for row in rows:
-            row.update(status="failed", note=f"global batch too small for {count} processes")
-        return rows
     backend = "NCCL" if on_gpus() else "gloo, one CPU process per device"
-    for row in rows:
-        row["note"] = f"{count} process(es) via torchrun, {backend}"
+    for g in groups:
+        rows[g.key]["note"] = f"{count} process(es) via torchrun, {backend}"
     failure = ""
     try:
         with log_path.open("w") as log:
@@ -537,17 +570,17 @@ def run_ddp(count: int, groups: Sequence[Group], settings: Settings) -> list[dic
     except subprocess.TimeoutExpired:
         failure = f"stopped after {settings.ddp_timeout:.0f} s (--ddp-timeout); log {log_path}"
     if failure:
-        for row in rows:
-            row.update(status="failed", note=failure)
-        return rows
+        for g in groups:
+            rows[g.key].update(status="failed", note=failure)
+        return list(rows.values())
     by_key = {entry["key"]: entry for entry in json.loads(result_path.read_text())}
-    for row, group in zip(rows, groups):
+    for group in groups:
         entry = by_key.get(group.key, {"status": "failed", "note": "no result"})
         if entry["status"] == "ok":
-            row.update(_summary(entry["step_ms_all"], group.workload.batch))
+            rows[group.key].update(_summary(entry["step_ms_all"], group.workload.batch))
         else:
-            row.update(status="failed", note=entry["note"])
-    return rows
+            rows[group.key].update(status="failed", note=entry["note"])
+    return list(rows.values())
 
 
 class _Progress:
@@ -780,7 +813,8 @@ def summary_table(report: dict[str, Any]) -> str:
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="python -m learn_parallel bench")
-    parser.description = __doc__
+    parser.usage = "%(prog)s [options]"  # each option is explained below; errors stay short
+    parser.description = plain(__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_arguments(parser)
     return parser
@@ -802,7 +836,12 @@ def run_cli(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m learn_parallel.lab.bench``: the same as ``python -m learn_parallel bench``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    return run_cli(build_parser().parse_args(argv), argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    problem = argument_error(args)
+    if problem:
+        parser.error(problem)
+    return run_cli(args, argv)
 
 
 if __name__ == "__main__":

@@ -131,7 +131,9 @@ def _hardware(report: dict[str, Any]) -> str:
 
 
 def plot_ladder(report: dict[str, Any], kind: str, title: str) -> Figure:
-    """Step time per rung for one workload; DDP as a dashed line. Rungs not run are labelled."""
+    """Step time per rung for one workload, each bar labelled; with a DDP rung, DDP's bar is
+    green, a dashed line marks its time and the labels give each rung's ratio to it. A rung
+    that did not run is labelled with its status."""
     rows = [r for r in report["rows"] if r["workload"] == kind]
     fig, ax = plt.subplots(figsize=(9, 3.6), layout="constrained")
     names = [r["rung"] for r in rows]
@@ -142,14 +144,19 @@ def plot_ladder(report: dict[str, Any], kind: str, title: str) -> Figure:
     for i, r in enumerate(rows):
         if r["status"] != "ok":
             ax.text(i, 0, r["status"], rotation=90, ha="center", va="bottom", fontsize=8)
-        elif ddp:
-            ax.text(i, values[i], f"{values[i] / ddp:.2f}x", ha="center", va="bottom", fontsize=8)
+            continue
+        label = f"{values[i] / ddp:.2f}x" if ddp else f"{values[i]:.1f} ms"
+        ax.text(i, values[i], label, ha="center", va="bottom", fontsize=8)
     if ddp:
         ax.axhline(ddp, color="#55a868", linestyle="--", linewidth=1)
     ax.set_xticks(range(len(rows)), names, rotation=20, ha="right")
     ax.set_ylabel("step time, median (ms)")
     workload = report["workloads"][kind]["title"]
-    ax.set_title(f"{title}: {workload}\n{_hardware(report)}; labels: step time / DDP's")
+    if ddp:
+        legend = "labels: step time / DDP's (green bar, dashed line)"
+    else:
+        legend = "labels: step time; no DDP rung in this run"
+    ax.set_title(f"{title}: {workload}\n{_hardware(report)}; {legend}")
     return fig
 
 

@@ -1,0 +1,107 @@
+"""What a reader meets outside the built site and outside a clone.
+
+* ``classroom.files``: a clone uses its own ``book/`` and track tests; an installed wheel
+  its shipped copies; with neither, one sentence says what to fetch.
+* tracebacks in a notebook name files as imports do (``learn_parallel/...``, ``torch/...``),
+  never the machine's absolute paths.
+* the ladder plot labels every bar, and says so when a run has no DDP rung.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from learn_parallel.classroom import files
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_clone_uses_its_own_files():
+    assert files.repository() == ROOT
+    assert files.book() == ROOT / "book"
+    assert files.track_tests().is_file() and files.workflow().is_file()
+
+
+def test_an_install_uses_the_shipped_copies_or_says_what_to_fetch(monkeypatch, tmp_path):
+    installed = tmp_path / "site-packages" / "learn_parallel"
+    shipped = installed / "classroom" / "shipped"
+    monkeypatch.setattr(files, "PACKAGE", installed)
+    monkeypatch.setattr(files, "SHIPPED", shipped)
+    with pytest.raises(FileNotFoundError, match=r"has no chapters: install it with `pip install"):
+        files.book()
+    (shipped / "book").mkdir(parents=True)
+    assert files.book() == shipped / "book"
+    assert files.track_tests() == shipped / "tests" / "track" / "test_tasks.py"
+
+
+def test_setup_py_ships_the_chapters_without_outputs():
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("learn_parallel_setup", ROOT / "setup.py")
+    setup = importlib.util.module_from_spec(spec)
+    monkey_setup = {"called": False}
+
+    import setuptools
+
+    original = setuptools.setup
+    setuptools.setup = lambda **kwargs: monkey_setup.update(called=True, kwargs=kwargs)
+    try:
+        spec.loader.exec_module(setup)
+    finally:
+        setuptools.setup = original
+    assert monkey_setup["called"]
+    stripped = json.loads(setup.without_outputs((ROOT / "book" / "scatter.ipynb").read_text()))
+    code = [c for c in stripped["cells"] if c["cell_type"] == "code"]
+    assert code and all(c["outputs"] == [] and c["execution_count"] is None for c in code)
+    for name in setup.FILES:
+        assert (ROOT / name).is_file(), name
+
+
+def test_tracebacks_name_files_as_imports_do(capsys):
+    import torch
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from learn_parallel.lab.tracebacks import relative_traceback_paths, short_path
+
+    assert short_path(Path(torch.__file__)) == "torch/__init__.py"
+    assert short_path(ROOT / "learn_parallel" / "replicate.py") == "learn_parallel/replicate.py"
+    assert short_path("/nowhere/else.py") == "/nowhere/else.py"
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_cell("import torch, learn_parallel as lp")
+        assert shell.run_cell("lp.scatter(torch.ones(2), [0, 9])").error_in_exec is not None
+        before = capsys.readouterr().out
+        assert relative_traceback_paths(shell) and relative_traceback_paths(shell)  # idempotent
+        shell.run_cell("lp.scatter(torch.ones(2), [0, 9])")
+        after = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    finally:
+        InteractiveShell.clear_instance()
+    assert str(ROOT) in before  # without the hook IPython prints where the file is
+    assert str(ROOT) not in after and "site-packages" not in after
+    assert "File learn_parallel/" in after
+
+
+def test_the_ladder_plot_labels_every_bar_and_names_its_reference():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from learn_parallel.lab import bridges
+
+    recorded = bridges.load_recorded_json("ladder.json", "h200-x2")
+    kind = next(iter(recorded["workloads"]))
+    live = {**recorded, "rows": [r for r in recorded["rows"] if r["rung"] != "ddp"]}
+    for report, reference in ((recorded, "DDP's (green bar, dashed line)"), (live, "no DDP")):
+        fig = bridges.plot_ladder(report, kind, "test")
+        ax = fig.axes[0]
+        rows = [r for r in report["rows"] if r["workload"] == kind]
+        assert len(ax.texts) == len(rows)  # one label per bar: its ratio, time or status
+        assert reference in ax.get_title()
+        dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+        assert len(dashed) == (reference != "no DDP")
+        plt.close(fig)
+    ok = [t.get_text() for t in bridges.plot_ladder(live, kind, "t").axes[0].texts]
+    assert all(t.endswith(" ms") or not t[0].isdigit() for t in ok)
