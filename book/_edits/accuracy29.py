@@ -589,6 +589,13 @@ EDITS += [
         "  23.33-26.77 and 22.90-24.47 ms).",
         False,
     ),
+    # 6 (same claim, performance): torch's DataParallel does see simulated devices.
+    (
+        "performance",
+        "needs GPUs (without them it simply calls the module)",
+        "runs on GPUs only in this benchmark (elsewhere the benchmark marks its row not applicable)",
+        True,
+    ),
     # 24, 33, 34, 35. performance: the forward bars, replicate, DDP's optimizer step.
     (
         "performance",
