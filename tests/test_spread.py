@@ -55,3 +55,29 @@ def test_ladder_findings_call_ties_and_bound_the_phases():
     # 18.2 vs 18.4 ms: 0.99 x DDP, but inside the spread, so not called a win.
     assert "best rung: cuda_graphs, 0.99 x DDP, a tie" in text
     assert "met (its whole middle half is below)" in text
+
+
+def test_ddp_step_table_calls_a_tie():
+    from learn_parallel.lab import ddp_timeline
+
+    def result(steps):
+        return {"step_ms": sorted(steps)[2], "step_ms_all": steps}
+
+    report = {
+        "label": "test",
+        "settings": {"steps": 5},
+        "workloads": {
+            "mlp": {
+                "title": "MLP",
+                "parameters": 1e6,
+                "ours_over_torch": 1.03,
+                "results": {
+                    "ours": result([10.0, 10.1, 10.3, 10.4, 10.5]),
+                    "torch": result([9.9, 10.0, 10.0, 10.2, 10.3]),  # middle halves overlap
+                },
+            }
+        },
+    }
+    assert "our DDP / torch's DDP: 1.03, a tie" in ddp_timeline.step_table(report)
+    report["workloads"]["mlp"]["results"]["torch"] = result([9.0, 9.1, 9.2, 9.3, 9.4])
+    assert "our DDP / torch's DDP: 1.03, ours slower" in ddp_timeline.step_table(report)

@@ -354,6 +354,13 @@ EDITS += [
         "any time the all-reduce waited in\nthat stream's queue before NCCL ran it).",
         False,
     ),
+    (
+        "distributed",
+        "divided by torch's, in the same processes on the same data;",
+        "divided by torch's, in the same processes on the same data, and whether the two are a\n"
+        "tie (their middle halves of step times overlap);",
+        False,
+    ),
     # 23. distributed: torch keeps its bucket buffers; MiB.
     (
         "distributed",
