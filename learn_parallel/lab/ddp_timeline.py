@@ -42,6 +42,7 @@ from learn_parallel import phases
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import device_count
 from learn_parallel.distributed import DEFAULT_BUCKET_CAP_MB, DistributedDataParallel
+from learn_parallel.lab import spread
 from learn_parallel.lab.bench import train_step
 from learn_parallel.lab.processes import NCCL_ENV, rank_device, run_ranks
 from learn_parallel.lab.timing import Hardware, PhaseRecord, Recorder, Timeline, phase
@@ -429,15 +430,27 @@ def plot_side_by_side(report: dict[str, Any], key: str, where: str = "") -> Any:
 
 
 def step_table(report: dict[str, Any]) -> str:
-    """Median step time per implementation and workload, and our DDP over torch's."""
-    lines = [f"{report['label']}, median of {report['settings']['steps']} steps"]
+    """Median step time per implementation and workload, with the middle half of the steps,
+    and our DDP over torch's: a tie when their middle halves overlap."""
+    lines = [
+        f"{report['label']}, median of {report['settings']['steps']} steps "
+        "(in brackets: the middle half of the steps, first to third quartile)"
+    ]
     for entry in report["workloads"].values():
         lines.append(f"\n{entry['title']} ({entry['parameters'] / 1e6:.1f} M parameters)")
+        spreads = {}
         for impl, name in IMPLEMENTATIONS.items():
             result = entry["results"].get(impl)
             if result is not None:
-                lines.append(f"  {name:<44}{result['step_ms']:>9.2f} ms")
-        lines.append(f"  our DDP / torch's DDP: {entry['ours_over_torch']:.2f}")
+                spreads[impl] = spread.Spread.of(result.get("step_ms_all") or [result["step_ms"]])
+                lo, hi = spreads[impl].band("middle")
+                lines.append(f"  {name:<44}{result['step_ms']:>9.2f} ms ({lo:.2f}-{hi:.2f})")
+        verdict = ""
+        if "ours" in spreads and "torch" in spreads:
+            verdict = {"tie": ", a tie", "faster": ", ours faster", "slower": ", ours slower"}[
+                spread.compare(spreads["ours"], spreads["torch"], "middle")
+            ]
+        lines.append(f"  our DDP / torch's DDP: {entry['ours_over_torch']:.2f}{verdict}")
     return "\n".join(lines)
 
 

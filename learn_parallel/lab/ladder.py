@@ -88,8 +88,9 @@ LADDER = (
          "produced them, while backward still runs",
          "as above, plus forward and backward on the same CUDA streams",
          False, lambda m, ids: FastDataParallel(m, ids, overlap_reduce=True)),
-    Rung("cuda_graphs", "each replica's forward and backward captured once as CUDA graphs "
-         "and replayed: one launch per device instead of hundreds from threads sharing the GIL",
+    Rung("cuda_graphs", "each replica's forward and backward captured once as two CUDA "
+         "graphs and replayed, the rest of the step eager: two graph launches per replica "
+         "instead of hundreds of kernel launches from threads sharing the GIL",
          "as above, plus the same input shapes every step, tensor inputs only, no "
          "data-dependent control flow, CUDA GPUs", True,
          lambda m, ids: FastDataParallel(m, ids, overlap_reduce=True, cuda_graphs=True),
