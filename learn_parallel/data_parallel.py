@@ -58,7 +58,10 @@ def wrapper_devices(module: nn.Module, device_ids: Sequence[DeviceLike] | None) 
     check_balance(devices)
     if len(devices) == 1:
         _refuse_meta_tensors(module, devices[0])  # .to() would fail on them with no name
-        module.to(devices[0].torch_device)
+        target = devices[0].torch_device
+        tensors = [*module.parameters(), *module.buffers()]
+        if any(t.device != target for t in tensors):  # already there: nothing to move
+            module.to(target)
     return devices
 
 

@@ -24,6 +24,7 @@ finished when it returns) and bandwidth.
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -344,3 +345,15 @@ def install() -> None:
         nccl.is_available = _nccl_is_available
         for name in NCCL_NAMES:
             setattr(nccl, name, _nccl_refusing(name))
+        _prefer_simulated_devices()
+
+
+def _prefer_simulated_devices() -> None:
+    """Where simulation is forced on a machine with a GPU (the chapters on one GPU), torch's
+    DataParallel would still pick CUDA as its device type; make it pick ``sim`` as ours does."""
+    import torch.nn.parallel.data_parallel as data_parallel
+
+    if os.environ.get("LEARN_PARALLEL_SIMULATE") != "1" or not torch.cuda.is_available():
+        return
+    data_parallel._get_available_device_type = lambda: "sim"
+    data_parallel._get_all_device_indices = lambda: list(range(torch.sim.device_count()))

@@ -271,32 +271,3 @@ def test_a_failing_check_names_the_misplaced_piece_in_two_lines():
     shown = failure.value._render_traceback_()
     assert len(shown) == 2 and shown[0] == f"CheckFailed: {failure.value}"
     assert shown[1].startswith("  (learn_parallel/classroom/checks/scatter.py, line ")
-
-
-def test_the_solution_conversion_script_is_idempotent_and_keeps_the_code():
-    """book/_edits/grade25.py turns a hidden solution code cell into a folded Markdown cell
-    that `notebooks.exercises` reads back as the same code; a second run changes nothing."""
-    import copy
-    import json
-
-    spec = importlib.util.spec_from_file_location("grade25", BOOK / "_edits" / "grade25.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    code = 'def f(x):\n    return x  # ```\n\n\ncheck("scatter-sizes", f)'
-    cells = [
-        {"cell_type": "code", "id": "c", "metadata": {"tags": ["exercise-check"]},
-         "source": 'check("scatter-sizes", f)', "outputs": [], "execution_count": 1},
-        {"cell_type": "code", "id": "s", "outputs": [{"output_type": "stream"}],
-         "metadata": {"tags": ["solution", "hide-input"], "jupyter": {"source_hidden": True}},
-         "source": code.splitlines(keepends=True), "execution_count": 2},
-    ]  # fmt: skip
-    notebook = {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-    assert script.convert(notebook)
-    solution = notebook["cells"][1]
-    assert solution["cell_type"] == "markdown" and solution["id"] == "s"
-    assert solution["metadata"] == {"tags": ["solution"]} and "outputs" not in solution
-    assert "".join(solution["source"]).startswith("<details>\n<summary>Solution</summary>\n")
-    again = copy.deepcopy(notebook)
-    assert not script.convert(again) and again == notebook
-    node = nbformat.reads(json.dumps(notebook), as_version=4)
-    assert [ex.solutions for ex in exercises(node)] == [[code + "\n"]]
