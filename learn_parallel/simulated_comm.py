@@ -350,10 +350,20 @@ def install() -> None:
 
 def _prefer_simulated_devices() -> None:
     """Where simulation is forced on a machine with a GPU (the chapters on one GPU), torch's
-    DataParallel would still pick CUDA as its device type; make it pick ``sim`` as ours does."""
-    import torch.nn.parallel.data_parallel as data_parallel
+    DataParallel would still pick CUDA as its device type; make it pick ``sim`` as ours does.
+    Decided at each call, so setting ``LEARN_PARALLEL_SIMULATE`` later still counts."""
+    import importlib
 
-    if os.environ.get("LEARN_PARALLEL_SIMULATE") != "1" or not torch.cuda.is_available():
-        return
-    data_parallel._get_available_device_type = lambda: "sim"
-    data_parallel._get_all_device_indices = lambda: list(range(torch.sim.device_count()))
+    # the module, not torch.nn.parallel's function of the same name
+    data_parallel = importlib.import_module("torch.nn.parallel.data_parallel")
+
+    device_type = data_parallel._get_available_device_type
+    all_indices = data_parallel._get_all_device_indices
+
+    def forced() -> bool:
+        return os.environ.get("LEARN_PARALLEL_SIMULATE") == "1" and torch.cuda.is_available()
+
+    data_parallel._get_available_device_type = lambda: NAME if forced() else device_type()
+    data_parallel._get_all_device_indices = lambda: (
+        list(range(torch.sim.device_count())) if forced() else all_indices()
+    )

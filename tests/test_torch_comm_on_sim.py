@@ -207,3 +207,22 @@ def test_torchs_dataparallel_copies_the_module_as_ours_does():
     a, b = torch.nn.DataParallel(copy.deepcopy(base)), lp.DataParallel(copy.deepcopy(base))
     assert a.device_ids == b.device_ids == DEVICES
     assert a.src_device_obj == b.src_device.torch_device == torch.device("sim:0")
+
+
+def test_torch_data_parallel_picks_sim_where_simulation_is_forced_beside_a_gpu(monkeypatch):
+    """A one-GPU machine running the chapters (LEARN_PARALLEL_SIMULATE=1): torch's
+    DataParallel must use the simulated devices, as ours does, not the lone GPU."""
+    import importlib
+
+    # the module, not torch.nn.parallel's function of the same name
+    data_parallel = importlib.import_module("torch.nn.parallel.data_parallel")
+
+    from learn_parallel import simulated
+
+    simulated.enable()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("LEARN_PARALLEL_SIMULATE", "1")
+    assert data_parallel._get_available_device_type() == "sim"
+    assert data_parallel._get_all_device_indices() == [0, 1, 2, 3]
+    monkeypatch.setenv("LEARN_PARALLEL_SIMULATE", "0")  # not forced: torch's own choice
+    assert data_parallel._get_available_device_type() == "cuda"
