@@ -162,6 +162,31 @@ def test_plain_nbconvert_links_point_at_files_that_exist(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_plain_nbconvert_shows_no_solution_code_without_a_click(path):
+    """In plain nbconvert HTML every solution sits in a closed ``<details>`` labelled
+    *Solution*: its code is on the page only inside that fold."""
+    from learn_parallel.classroom.notebooks import exercises
+
+    nb, page = _plain_html(path)
+    folds = [d for d in page.find_all("details") if d.summary and "Solution" in d.summary.text]
+    assert all(not d.has_attr("open") for d in folds), f"{path.name}: a solution is unfolded"
+    solutions = [s for ex in exercises(nb) for s in ex.solutions]
+    assert len(folds) == len(solutions), f"{path.name}: {len(folds)} folds, {len(solutions)}"
+
+    def flat(text: str) -> str:
+        return " ".join(text.split())
+
+    folded = flat(" ".join(d.get_text() for d in folds))
+    for fold in page.find_all("details"):
+        fold.decompose()
+    visible = flat(page.get_text())  # the page without its folds
+    for solution in solutions:
+        code = flat(solution.split("\ncheck(")[0])  # the answer, without its check call
+        assert code in folded, f"{path.name}: a solution is not inside its fold"
+        assert code not in visible, f"{path.name}: solution code visible outside its fold"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_stored_outputs_name_no_path_of_the_build_machine(path):
     """Tracebacks and printed paths say ``learn_parallel/replicate.py`` or ``torch/...``,
     not where the book was executed (``learn_parallel.lab.tracebacks``)."""
