@@ -403,25 +403,7 @@ def test_the_wheel_runs_a_chapter_offline(offline_venv, tmp_path):
 
     chapter = tmp_path / "scatter.ipynb"
     shutil.copy(BOOK / "scatter.ipynb", chapter)
-    run = subprocess.run(
-        [
-            offline_venv,
-            "-c",
-            "import sys, nbformat\n"
-            "from nbclient import NotebookClient\n"
-            "nb = nbformat.read(sys.argv[1], as_version=4)\n"
-            # which learn_parallel the chapter's kernel imported
-            "nb.cells.append(nbformat.v4.new_code_cell('print(lp.__file__)'))\n"
-            "NotebookClient(nb, timeout=600, kernel_name='python3').execute()\n"
-            "nbformat.write(nb, sys.argv[1])\n",
-            chapter,
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    run = _execute_in(offline_venv, chapter, "print(lp.__file__)", env)  # whose lp it imported
     assert run.returncode == 0, run.stderr[-4000:]
     nb = nbformat.read(chapter, as_version=4)
     kernel_import = Path(nb.cells[-1].outputs[0]["text"].strip())
@@ -440,6 +422,29 @@ def test_the_wheel_runs_a_chapter_offline(offline_venv, tmp_path):
     assert any("learn_parallel/scatter_gather.py, lines" in o["data"]["text/html"] for o in shown)
 
 
+def _execute_in(python: Path, notebook: Path, last_cell: str, env: dict[str, str]):
+    """Execute ``notebook`` in place with ``python`` (a venv's), one cell appended at the end."""
+    return subprocess.run(
+        [
+            python,
+            "-c",
+            "import sys, nbformat\n"
+            "from nbclient import NotebookClient\n"
+            "nb = nbformat.read(sys.argv[1], as_version=4)\n"
+            "nb.cells.append(nbformat.v4.new_code_cell(sys.argv[2]))\n"
+            "NotebookClient(nb, timeout=600, kernel_name='python3').execute()\n"
+            "nbformat.write(nb, sys.argv[1])\n",
+            notebook,
+            last_cell,
+        ],
+        cwd=notebook.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
 def test_the_wheel_runs_the_teachers_guide_and_the_track_command(offline_venv, tmp_path):
     """Outside a clone the guide finds the chapters the wheel carries, and ``track OUT``
     writes the task tests (from the wheel too) instead of failing on a missing file."""
@@ -448,24 +453,7 @@ def test_the_wheel_runs_the_teachers_guide_and_the_track_command(offline_venv, t
     env.pop("LEARN_PARALLEL_DATA", None)
     guide = tmp_path / "teaching.ipynb"
     shutil.copy(BOOK / "teaching.ipynb", guide)
-    run = subprocess.run(
-        [
-            offline_venv,
-            "-c",
-            "import sys, nbformat\n"
-            "from nbclient import NotebookClient\n"
-            "nb = nbformat.read(sys.argv[1], as_version=4)\n"
-            "nb.cells.append(nbformat.v4.new_code_cell('print(BOOK)'))\n"
-            "NotebookClient(nb, timeout=600, kernel_name='python3').execute()\n"
-            "nbformat.write(nb, sys.argv[1])\n",
-            guide,
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    run = _execute_in(offline_venv, guide, "print(BOOK)", env)
     assert run.returncode == 0, run.stderr[-4000:]
     nb = nbformat.read(guide, as_version=4)
     book = Path(nb.cells[-1].outputs[0]["text"].strip())
