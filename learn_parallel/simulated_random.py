@@ -23,7 +23,6 @@ import torch
 
 NAME = "sim"
 _MIX = 0x9E3779B97F4A7C15  # odd: seed -> seed * _MIX + 1 changes every seed (mod 2**32 too)
-_DEFAULT_SEED = 67280421310721  # a new CUDA generator's seed before any manual_seed
 
 _last_seed: list[int] = []  # the last seed given to every device, if any
 _devices: dict[int, SimGenerator] = {}  # each device's default generator
@@ -43,7 +42,9 @@ class SimGenerator(torch._C.Generator):
     def __new__(cls, index: int) -> SimGenerator:
         gen = super().__new__(cls)
         gen._index = index
-        gen.manual_seed(_last_seed[-1] if _last_seed else _DEFAULT_SEED)
+        # As CUDA's: a torch.manual_seed made before the devices existed still applies
+        # (CUDA queues it until it initialises); the CPU's initial seed remembers it.
+        gen.manual_seed(_last_seed[-1] if _last_seed else torch.initial_seed())
         # Random operations receive a new Python object for the same generator:
         # the C++ address is what tells a simulated device's generator apart.
         _simulated[gen._cdata] = index

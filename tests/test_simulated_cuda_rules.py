@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import copy
 import io
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -304,3 +307,25 @@ def test_a_devices_stream_is_not_the_cpus_but_every_device_draws_the_same():
     cpu_mask = nn.functional.dropout(torch.ones(64), 0.5)
     sim_mask = nn.functional.dropout(torch.ones(64, device=SIM[1]), 0.5).cpu()
     assert not torch.equal(cpu_mask, sim_mask)  # a CPU reference with dropout does not match
+
+
+def test_a_seed_set_before_the_devices_exist_still_applies():
+    """CUDA: torch.manual_seed before CUDA initialises is queued and seeds every GPU then."""
+    code = (
+        "import torch\n"
+        "from learn_parallel.devices import Device\n"
+        "{first}\n"
+        "torch.manual_seed(0)\n"
+        "{second}\n"
+        "print(torch.randn(3, device=d).tolist())\n"
+    )
+    make = "d = Device('sim', 0).torch_device"
+    env = {**os.environ, "LEARN_PARALLEL_SIMULATE": "1"}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code.format(first=a, second=b)],
+            capture_output=True, text=True, env=env, timeout=120,
+        ).stdout
+        for a, b in ((make, ""), ("", make))
+    ]  # fmt: skip
+    assert runs[0] and runs[0] == runs[1], runs
