@@ -114,13 +114,14 @@ if [[ $parts == *" ladder "* ]]; then
     --out "$work/ladder" 2>&1 | tee "$work/ladder.log" | tail -25
 fi
 if [[ $parts == *" notebooks "* ]]; then
-  # Each chapter, unchanged, executed on this machine's GPUs; the executed copies are kept.
-  mkdir -p "$extras/notebooks"
-  (cd book && timeout 480 python - "$extras/notebooks" <<'PY'
+  # Each chapter, unchanged, executed on this machine's GPUs, JOBS chapters at a time (each
+  # in its own kernel; default 1; CHAPTERS="a.ipynb b.ipynb" picks some); the executed copies are kept.
+  mkdir -p "$extras/notebooks/logs"
+  cat > "$extras/notebooks/run_one.py" <<'PY'
 import sys, time, nbformat
 from pathlib import Path
 from nbclient import NotebookClient
-failed = 0
+
 def said(nb, words):
     """The printed lines of the executed chapter that contain one of ``words``."""
     lines = []
@@ -130,23 +131,26 @@ def said(nb, words):
             lines += [f"    {line}" for line in text.splitlines() if any(w in line for w in words)]
     return lines
 
-
-for path in sorted(Path(".").glob("*.ipynb")):
-    nb = nbformat.read(path, as_version=4)
-    start = time.perf_counter()
-    try:
-        NotebookClient(nb, timeout=300, kernel_name="python3").execute()
-        status = "ok"
-    except Exception as error:  # report every chapter, then fail at the end
-        status, failed = f"FAILED: {type(error).__name__}: {str(error)[-600:]}", failed + 1
-    nbformat.write(nb, Path(sys.argv[1]) / path.name)
-    print(f"{path.name}: {status} ({time.perf_counter() - start:.1f} s)", flush=True)
-    # What ran live and what came from a recording: the plan's lines, the cells that say so.
-    for line in said(nb, ["devices:", "Simulated devices", "GPUs:", "baselines", "recorded",
-                          "showing the recorded run", "ranks"]):
-        print(line[:160], flush=True)
+path, out = Path(sys.argv[1]), Path(sys.argv[2])
+nb = nbformat.read(path, as_version=4)
+start = time.perf_counter()
+failed = False
+try:
+    NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    status = "ok"
+except Exception as error:  # report the chapter, then fail
+    status, failed = f"FAILED: {type(error).__name__}: {str(error)[-600:]}", True
+nbformat.write(nb, out / path.name)
+print(f"{path.name}: {status} ({time.perf_counter() - start:.1f} s)", flush=True)
+# What ran live and what came from a recording: the plan's lines, the cells that say so.
+for line in said(nb, ["devices:", "Simulated devices", "GPUs:", "baselines", "recorded",
+                      "showing the recorded run", "ranks"]):
+    print(line[:160], flush=True)
 sys.exit(1 if failed else 0)
 PY
-  ) 2>&1 | tee "$extras/notebooks.log" | tail -20
+  (cd book && ls ${CHAPTERS:-*.ipynb} | timeout 480 xargs -P "${JOBS:-1}" -I{} sh -c \
+    'python "$0/run_one.py" {} "$0" > "$0/logs/{}.log" 2>&1' "$extras/notebooks")
+  cat "$extras"/notebooks/logs/*.log | tee "$extras/notebooks.log" | grep 'ipynb:'
+  echo "$(grep -c ': ok (' "$extras/notebooks.log") of $(grep -c '^[a-z_]*.ipynb: ' "$extras/notebooks.log") chapters ok"
 fi
 tar czf "$out/results.tgz" -C "$out" "$machine" "$machine-extras"
