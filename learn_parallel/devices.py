@@ -6,7 +6,7 @@ GPU?" more than once.
 
 With CUDA available, integer ids name GPUs. Without it, integer ids name
 *simulated* devices ``sim:0``, ``sim:1`` ...: PyTorch devices of their own
-(`learn_parallel.simulated`), so mixing two of them in one operation fails as
+(`learn_parallel.sim`), so mixing two of them in one operation fails as
 it does on GPUs, but backed by the CPU: they share the machine's memory and
 cores. Everything that prints a simulated device says so.
 """
@@ -20,12 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
-from learn_parallel import simulated
+from learn_parallel import sim
+from learn_parallel.sim import SIMULATED_DEVICES_ENV
 
-SIMULATED = "sim"
-SIMULATED_DEVICES_ENV = "LEARN_PARALLEL_SIMULATED_DEVICES"
+SIMULATED = sim.NAME
 FORCE_SIMULATION_ENV = "LEARN_PARALLEL_SIMULATE"  # "1": simulate even where GPUs exist
-DEFAULT_SIMULATED_DEVICES = 4
 
 DeviceLike = int | str | torch.device
 
@@ -47,7 +46,7 @@ class Device:
         if self.type == "cuda":
             return torch.device("cuda", self.index)
         if self.type == SIMULATED:
-            simulated.enable()  # registers the sim device type with PyTorch, once
+            sim.enable()  # registers the sim device type with PyTorch, once
             return torch.device(SIMULATED, self.index)
         return torch.device("cpu")
 
@@ -105,17 +104,7 @@ def device_count() -> int:
     """How many devices ``device_ids=None`` means on this machine."""
     if device_type() == "cuda":
         return torch.cuda.device_count()
-    raw = os.environ.get(SIMULATED_DEVICES_ENV, str(DEFAULT_SIMULATED_DEVICES))
-    try:
-        count = int(raw)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise ValueError(
-            f"{SIMULATED_DEVICES_ENV}={raw!r} is not a positive integer; "
-            f"set it to the number of simulated devices you want, e.g. 2."
-        )
-    return count
+    return sim.device_count()  # LEARN_PARALLEL_SIMULATED_DEVICES, default 4
 
 
 def first_device() -> torch.device:

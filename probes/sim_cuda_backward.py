@@ -9,15 +9,13 @@ VARIANTS = {
     "no simulated devices": "",
     "sim registered, engine unpatched": (
         "from torch.utils import backend_registration as br\n"
-        "from learn_parallel import simulated\n"
-        "module = simulated._DeviceModule()\n"
+        "from learn_parallel.sim import backend\n"
+        "module = backend._DeviceModule()\n"
         "br._setup_privateuseone_for_python_backend('sim', backend_module=module)\n"
     ),
-    "learn_parallel.simulated.enable()": (
-        "from learn_parallel import simulated\nsimulated.enable()\n"
-    ),
+    "learn_parallel.sim.enable()": ("from learn_parallel import sim\nsim.enable()\n"),
     "enable(), backward single-threaded": (
-        "from learn_parallel import simulated\nsimulated.enable()\n"
+        "from learn_parallel import sim\nsim.enable()\n"
         "torch.autograd.set_multithreading_enabled(False).__enter__()\n"
     ),
 }

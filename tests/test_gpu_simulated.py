@@ -1,6 +1,6 @@
 """On two GPUs: the behaviour simulated devices copy from CUDA really is CUDA's.
 
-Simulated devices (tests/test_simulated.py) are built to match these; if one
+Simulated devices (tests/sim/test_simulated.py) are built to match these; if one
 of these fails on a new PyTorch, the simulation must follow.
 """
 

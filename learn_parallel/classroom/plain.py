@@ -86,9 +86,9 @@ def _device(name: Any) -> torch.device:
     if device.type not in _DEVICE_TYPES:
         raise UngradableAnswer(f"unknown device {name!r} in the recorded answer")
     if device.type == "sim":
-        from learn_parallel import simulated
+        from learn_parallel import sim
 
-        simulated.enable()
+        sim.enable()
     return device
 
 

@@ -58,8 +58,8 @@ def machine() -> Machine:
 def devices_are_distinct() -> bool:
     """Can a tensor's ``.device`` tell device 0 from device 1 (and from the host)?
 
-    True on GPUs. Simulated devices that all map to the CPU cannot, so checks
-    then look for the copy itself (`Moves`).
+    True on GPUs, and on simulated devices too: each is a PyTorch device of its own
+    (``sim:0``, ``sim:1``). Where it is False, checks look for the copy itself (`Moves`).
     """
     if device_type() != SIMULATED:
         return True

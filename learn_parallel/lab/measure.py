@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from learn_parallel import simulated
+from learn_parallel import sim
 from learn_parallel.data_parallel import DataParallel, check_on_source_device
 from learn_parallel.devices import (
     Device,
@@ -361,7 +361,7 @@ def peak_memory(
     gathers every logit onto the first device for the loss, TupleParallel leaves
     them where they were computed. On GPUs the numbers are
     ``torch.cuda.max_memory_allocated``; on simulated devices they are the bytes
-    of tensors living on each one (`learn_parallel.simulated`), which counts
+    of tensors living on each one (`learn_parallel.sim`), which counts
     the same tensors without the CUDA allocator's rounding and caching. The
     default sizes are 8192 rows x 32000 classes from 1024 features on GPUs; on
     simulated devices, where the CPU does every device's work, 4096 x 2000
@@ -372,7 +372,7 @@ def peak_memory(
     rows = rows or (8192 if on_gpus else 4096)
     classes = classes or (32000 if on_gpus else 2000)
     width = width or (1024 if on_gpus else 128)
-    memory = torch.cuda if on_gpus else simulated
+    memory = torch.cuda if on_gpus else sim
     source = devs[0].torch_device
     ids = [d.index for d in devs]
     torch.manual_seed(0)

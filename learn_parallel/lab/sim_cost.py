@@ -11,7 +11,7 @@ side by side in one run:
   and wraps: adds what a device type written in Python costs (PyTorch asks it
   for device guards, and counts its memory);
 - ``sim:0``: a simulated device as it is, every check on
-  (`learn_parallel.simulated`).
+  (`learn_parallel.sim`).
 
 Each round runs every variant for a few steps, in a rotated order, so load on
 the machine hits them alike; a ratio is a variant's time over the CPU's time in
@@ -32,8 +32,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from learn_parallel import simulated
 from learn_parallel.devices import Device
+from learn_parallel.sim import SimTensor
 
 Step = Callable[[], None]
 
@@ -79,7 +79,7 @@ def _wrap_bare(x: Any, given: dict, make: Callable[[torch.Tensor], torch.Tensor]
 @contextmanager
 def bare_dispatch() -> Iterator[None]:
     """Simulated tensors dispatched without any check, while inside."""
-    sim = simulated.SimTensor
+    sim = SimTensor
     original = sim.__dict__["__torch_dispatch__"]
 
     def dispatch(cls, func, types, args=(), kwargs=None):

@@ -1,21 +1,15 @@
-"""torch's own DataParallel on simulated devices: its collectives, given a ``sim`` path.
+"""torch.nn.parallel.comm's collectives with a Python path for simulated devices.
 
 ``torch.nn.DataParallel`` (and ``data_parallel``, ``scatter``, ``gather``,
 ``replicate``) move tensors between devices through ``torch.nn.parallel.comm``,
 whose functions call CUDA-only C++ (``torch._C._scatter``, ``_gather``,
-``_broadcast_coalesced`` ...), absent from a CPU build of PyTorch. `install`
-wraps those functions: when a simulated tensor is involved (or, for a CPU
-source, when ``sim`` is the machine's accelerator) the call runs the Python
-below, which does what the C++ does on CUDA (same splits, same copies, the
-source device's pieces and tensors handed back uncopied, the same checks);
-every other call falls through to torch's own function, unchanged.
-
-`install` runs from `learn_parallel.simulated.enable`, so nothing is replaced
-on a machine that never turns simulated devices on. NCCL cannot be given a
-simulated path: ``torch.cuda.nccl``'s collectives raise an error that names
-the alternative on simulated tensors, and ``nccl.is_available`` answers False
-for them (as it does for any tensor NCCL cannot take), so ``reduce_add`` takes
-torch's own device-to-device path, which needs nothing from C++.
+``_broadcast_coalesced`` ...), absent from a CPU build of PyTorch. The functions
+here take their place (`learn_parallel.sim.torch_parallel` installs them): when a
+simulated tensor is involved (or, for a CPU source, when ``sim`` is the machine's
+accelerator) the call runs the Python below, which does what the C++ does on CUDA
+(same splits, same copies, the source device's pieces and tensors handed back
+uncopied, the same checks); every other call falls through to torch's own
+function, unchanged.
 
 What this does not model: NCCL (a reduction adds the copies in device order,
 torch's fallback when NCCL is not available), copy streams (every copy has
@@ -24,8 +18,6 @@ finished when it returns) and bandwidth.
 
 from __future__ import annotations
 
-import os
-import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -39,16 +31,15 @@ from torch._utils import (
     _take_tensors,
 )
 
-from learn_parallel.simulated import NAME, SimTensor
+from learn_parallel.sim.device_ids import NAME
+from learn_parallel.sim.tensor import SimTensor
 
 # name -> torch's own function, before `install` (what every non-simulated call runs).
 ORIGINALS: dict[str, Callable[..., Any]] = {}
 COMM_NAMES = ("broadcast", "broadcast_coalesced", "scatter", "gather")
-NCCL_NAMES = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter")
-_installed = threading.Lock()
 
 
-def _any_sim(tensors: Any) -> bool:
+def any_sim(tensors: Any) -> bool:
     return any(isinstance(t, SimTensor) for t in tensors or ())
 
 
@@ -63,7 +54,7 @@ def _on(index: int) -> torch.device:
 
 def broadcast(tensor: torch.Tensor, devices: Any = None, *, out: Any = None) -> Any:
     """``comm.broadcast``: a copy of ``tensor`` on every device (itself on its own)."""
-    sim = isinstance(tensor, SimTensor) or _any_sim(out)
+    sim = isinstance(tensor, SimTensor) or any_sim(out)
     if not (sim or (tensor.device.type == "cpu" and devices is not None and _sim_is_accelerator())):
         return ORIGINALS["broadcast"](tensor, devices, out=out)
     tensor = _handle_complex(tensor)
@@ -102,7 +93,7 @@ def broadcast_coalesced(
     detached pieces of one flat copy per chunk (contiguous, their own version
     counters), which is why replicas' parameters are views into one buffer.
     """
-    if not (_any_sim(tensors) or (_sim_is_accelerator() and not _any_cuda(tensors))):
+    if not (any_sim(tensors) or (_sim_is_accelerator() and not _any_cuda(tensors))):
         return ORIGINALS["broadcast_coalesced"](tensors, devices, buffer_size)
     indices = [_get_device_index(d) for d in devices]
     tensors = [_handle_complex(t) for t in tensors]
@@ -148,7 +139,7 @@ def scatter(
     device is the source's is a view, not a copy. Streams are accepted and not
     used: every simulated copy has finished when it returns.
     """
-    sim = isinstance(tensor, SimTensor) or _any_sim(out)
+    sim = isinstance(tensor, SimTensor) or any_sim(out)
     if not (sim or (tensor.device.type == "cpu" and _sim_is_accelerator())):
         return ORIGINALS["scatter"](tensor, devices, chunk_sizes, dim, streams, out=out)
     tensor = _handle_complex(tensor)
@@ -211,7 +202,7 @@ def gather(
 ) -> torch.Tensor:
     """``comm.gather``: one new tensor on ``destination`` (-1 or "cpu": the host), filled
     piece by piece along ``dim``; its dtype is the first tensor's."""
-    if not (_any_sim(tensors) or isinstance(out, SimTensor)):
+    if not (any_sim(tensors) or isinstance(out, SimTensor)):
         return ORIGINALS["gather"](tensors, dim, destination, out=out)
     tensors = [_handle_complex(t) for t in tensors]
     if out is not None and destination is not None:
@@ -291,79 +282,3 @@ _NO_SPARSE = (
     "torch.nn.parallel.comm.{what} on simulated devices takes dense tensors only: "
     "sparse tensors cannot live on them. Convert with .to_dense(), or run on GPUs."
 )
-_NO_NCCL = (
-    "torch.cuda.nccl.{what} needs CUDA tensors and NCCL; it cannot run on simulated "
-    "devices. Use torch.nn.parallel.comm ({alternative}), which has a simulated path, "
-    "or learn_parallel's own collectives."
-)
-_NCCL_ALTERNATIVE = {
-    "all_reduce": "reduce_add, then broadcast",
-    "reduce": "reduce_add",
-    "broadcast": "broadcast",
-    "all_gather": "gather, then broadcast",
-    "reduce_scatter": "reduce_add, then scatter",
-}
-
-
-def _nccl_refusing(name: str) -> Callable[..., Any]:
-    original = ORIGINALS["nccl." + name]
-
-    def refuse(inputs: Any, *args: Any, **kwargs: Any) -> Any:
-        if _any_sim(inputs):
-            raise RuntimeError(_NO_NCCL.format(what=name, alternative=_NCCL_ALTERNATIVE[name]))
-        return original(inputs, *args, **kwargs)
-
-    refuse.__wrapped__ = original  # type: ignore[attr-defined]
-    return refuse
-
-
-def _nccl_is_available(tensors: Any) -> bool:
-    tensors = list(tensors)
-    if _any_sim(tensors):
-        return False  # NCCL takes CUDA tensors only; callers then copy device to device
-    return ORIGINALS["nccl.is_available"](tensors)
-
-
-def install() -> None:
-    """Give torch's collectives their simulated path (once; called by `simulated.enable`)."""
-    import torch.cuda.comm as cuda_comm
-    import torch.cuda.nccl as nccl
-    import torch.nn.parallel.comm as comm
-
-    with _installed:
-        if ORIGINALS:
-            return
-        ours = {name: globals()[name] for name in COMM_NAMES}
-        for name in COMM_NAMES:
-            ORIGINALS[name] = getattr(comm, name)
-            ours[name].__wrapped__ = ORIGINALS[name]  # type: ignore[attr-defined]
-        for name in ("is_available", *NCCL_NAMES):
-            ORIGINALS["nccl." + name] = getattr(nccl, name)
-        for name, function in ours.items():
-            setattr(comm, name, function)
-            setattr(cuda_comm, name, function)  # the same functions, re-exported there
-        nccl.is_available = _nccl_is_available
-        for name in NCCL_NAMES:
-            setattr(nccl, name, _nccl_refusing(name))
-        _prefer_simulated_devices()
-
-
-def _prefer_simulated_devices() -> None:
-    """Where simulation is forced on a machine with a GPU (the chapters on one GPU), torch's
-    DataParallel would still pick CUDA as its device type; make it pick ``sim`` as ours does.
-    Decided at each call, so setting ``LEARN_PARALLEL_SIMULATE`` later still counts."""
-    import importlib
-
-    # the module, not torch.nn.parallel's function of the same name
-    data_parallel = importlib.import_module("torch.nn.parallel.data_parallel")
-
-    device_type = data_parallel._get_available_device_type
-    all_indices = data_parallel._get_all_device_indices
-
-    def forced() -> bool:
-        return os.environ.get("LEARN_PARALLEL_SIMULATE") == "1" and torch.cuda.is_available()
-
-    data_parallel._get_available_device_type = lambda: NAME if forced() else device_type()
-    data_parallel._get_all_device_indices = lambda: (
-        list(range(torch.sim.device_count())) if forced() else all_indices()
-    )

@@ -18,14 +18,15 @@ from torch.nn.parallel import comm
 from torch.testing import assert_close
 
 import learn_parallel as lp
-from learn_parallel import simulated, simulated_comm
+from learn_parallel import sim
+from learn_parallel.sim import comm as sim_comm
 
 DEVICES = [0, 1, 2, 3]
 
 
 @pytest.fixture(autouse=True)
 def _on():
-    simulated.enable()
+    sim.enable()
 
 
 def mlp() -> nn.Module:
@@ -176,10 +177,10 @@ def test_nccl_on_simulated_tensors_says_it_cannot_and_names_the_alternative():
 
 def test_calls_without_simulated_tensors_fall_through_to_torchs_own(monkeypatch):
     seen = []
-    monkeypatch.setitem(simulated_comm.ORIGINALS, "gather", lambda *a, **k: seen.append(a))
+    monkeypatch.setitem(sim_comm.ORIGINALS, "gather", lambda *a, **k: seen.append(a))
     comm.gather([torch.ones(2), torch.ones(2)], 0, -1)
     assert len(seen) == 1
-    assert comm.gather is simulated_comm.gather is torch.cuda.comm.gather
+    assert comm.gather is sim_comm.gather is torch.cuda.comm.gather
 
 
 def test_torchs_functions_are_untouched_until_simulated_devices_are_enabled():
@@ -188,12 +189,12 @@ def test_torchs_functions_are_untouched_until_simulated_devices_are_enabled():
         "from torch.nn.parallel import comm\n"
         "before = [comm.scatter, comm.gather, comm.broadcast_coalesced, nccl.is_available,"
         " torch.utils.swap_tensors]\n"
-        "import learn_parallel, learn_parallel.simulated_comm as sc\n"
+        "import learn_parallel, learn_parallel.sim.comm as sc\n"
         "m = learn_parallel.DataParallel  # importing the package enables nothing\n"
         "now = [comm.scatter, comm.gather, comm.broadcast_coalesced, nccl.is_available,"
         " torch.utils.swap_tensors]\n"
         "assert now == before and not sc.ORIGINALS, now\n"
-        "learn_parallel.simulated.enable()\n"
+        "learn_parallel.sim.enable()\n"
         "assert sc.ORIGINALS['scatter'] is before[0] and comm.scatter is sc.scatter\n"
         "print('ok')\n"
     )
@@ -217,9 +218,7 @@ def test_torch_data_parallel_picks_sim_where_simulation_is_forced_beside_a_gpu(m
     # the module, not torch.nn.parallel's function of the same name
     data_parallel = importlib.import_module("torch.nn.parallel.data_parallel")
 
-    from learn_parallel import simulated
-
-    simulated.enable()
+    sim.enable()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setenv("LEARN_PARALLEL_SIMULATE", "1")
     assert data_parallel._get_available_device_type() == "sim"

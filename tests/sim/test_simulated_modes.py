@@ -10,12 +10,12 @@ import torch
 from torch import nn
 
 import learn_parallel as lp
-from learn_parallel import simulated
+from learn_parallel import sim
 
 
 @pytest.fixture(autouse=True)
 def _on():
-    simulated.enable()
+    sim.enable()
 
 
 VIEWS = {

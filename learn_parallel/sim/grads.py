@@ -12,16 +12,22 @@ gradient of its own make the check here:
   Gather's in this course): the gradients it returns for its inputs (`install`).
 
 As on CUDA, a 0-dim gradient is moved to the right device instead of refused.
+
+The engine itself is patched too (`patch_backward`): a backward pass runs on the
+calling thread, and an exception raised by a tensor hook on a simulated tensor
+stops the backward call with that exception, as on GPUs.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-NAME = "sim"
+from learn_parallel.sim.device_ids import NAME
 
 
 def _checked(grad: Any, expected: torch.device, index: int) -> Any:
@@ -75,3 +81,64 @@ def install() -> None:
 
     apply._checks_devices = True  # type: ignore[attr-defined]
     backward.apply = apply
+
+
+# Tensor hooks run inside the autograd engine. When a Python hook raises, PyTorch
+# unwinds with the Python error still set, and on the way out the device guard
+# that PyTorch installs for a backend written in Python calls back into Python
+# from a noexcept method, which then fails and ends the process. So a hook on a
+# simulated tensor keeps the exception it raised and hands PyTorch a result that
+# PyTorch refuses in C++ (no Python error set); `patch_backward` then raises the
+# hook's own exception from the backward call, which stops there as on GPUs.
+HOOK_REGISTRARS = {torch.Tensor.register_hook, torch.Tensor.register_post_accumulate_grad_hook}
+_hook_error = threading.local()
+
+
+def _rejected() -> torch.Tensor:
+    # Hooks must return None or a tensor like their input: PyTorch's C++ check
+    # refuses a 0-element CPU bool tensor without setting a Python error.
+    return torch.empty(0, dtype=torch.bool)
+
+
+def guarded_hook(hook: Any) -> Any:
+    @functools.wraps(hook)
+    def run(*args: Any) -> Any:
+        try:
+            return hook(*args)
+        except BaseException as error:
+            if getattr(_hook_error, "error", None) is None:
+                _hook_error.error = error
+            return _rejected()
+
+    return run
+
+
+def patch_backward() -> None:
+    """Run backward passes on the calling thread.
+
+    PyTorch's autograd engine gives every device index of an accelerator its
+    own worker thread, sized by the number of devices the backend reports; a
+    backend registered from Python reports one. Turning the engine's
+    per-device threads off for a backward pass (`set_multithreading_enabled`)
+    runs it on the calling thread instead, which is where CPU work runs anyway.
+    """
+    import torch.autograd.graph as graph
+
+    original = graph._engine_run_backward
+
+    def run_backward(outputs: Any, grads: Any = None, *args: Any, **kwargs: Any) -> Any:
+        grads = check_given(outputs, grads)  # the engine skips subclasses
+        outer, _hook_error.error = getattr(_hook_error, "error", None), None
+        try:
+            with torch.autograd.set_multithreading_enabled(False):
+                return original(outputs, grads, *args, **kwargs)
+        except RuntimeError:
+            error = _hook_error.error
+            if error is None:
+                raise
+            raise error.with_traceback(error.__traceback__) from None  # a hook raised it
+        finally:
+            _hook_error.error = outer  # a backward inside a hook leaves the outer one's alone
+
+    graph._engine_run_backward = run_backward
+    torch.autograd._engine_run_backward = run_backward

@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-NAME = "sim"
+from learn_parallel.sim.device_ids import NAME, device_index
+
 _MIX = 0x9E3779B97F4A7C15  # odd: seed -> seed * _MIX + 1 changes every seed (mod 2**32 too)
 
 _last_seed: list[int] = []  # the last seed given to every device, if any
@@ -118,8 +119,6 @@ class _GeneratorType(type(torch._C.Generator)):  # type: ignore[misc]
         where = torch.device("cpu" if device is None else device)
         if where.type != NAME:
             return torch._C.Generator(where)
-        from learn_parallel.simulated import device_index
-
         return SimGenerator(device_index(where))
 
     def __instancecheck__(cls, obj: Any) -> bool:

@@ -20,8 +20,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from learn_parallel import simulated
 from learn_parallel.devices import Device
+from learn_parallel.sim import memory_allocated
 
 SIM = [Device("sim", i).torch_device for i in range(4)]
 
@@ -291,7 +291,7 @@ def test_memory_allocated_defaults_to_the_current_device_and_takes_a_device():
     block = torch.empty(250, device=SIM[3])  # 1000 bytes
     assert torch.sim.memory_allocated() - before == 1000
     assert torch.sim.memory_allocated(SIM[3]) == torch.sim.memory_allocated("sim:3")
-    assert torch.sim.memory_allocated(torch.device("sim:3")) == simulated.memory_allocated(3)
+    assert torch.sim.memory_allocated(torch.device("sim:3")) == memory_allocated(3)
     del block
     assert torch.sim.memory_allocated() == before
 

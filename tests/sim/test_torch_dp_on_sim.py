@@ -1,6 +1,6 @@
 """torch's own DataParallel, run on the simulated devices beside ours, case by case.
 
-`learn_parallel.simulated_comm` gives torch's collectives a simulated path, so
+`learn_parallel.sim.comm` gives torch's collectives a simulated path, so
 ``torch.nn.DataParallel`` runs here as it does on GPUs. Each test runs torch's
 and ours on the same four simulated devices and compares outputs, gradients,
 buffers, warnings and errors; where ours differs on purpose (the package's
@@ -19,7 +19,7 @@ from torch import nn
 from torch.testing import assert_close
 
 import learn_parallel as lp
-from learn_parallel import simulated
+from learn_parallel import sim
 
 TORCH_DP = torch.nn.DataParallel
 OURS_DP = lp.DataParallel
@@ -27,7 +27,7 @@ OURS_DP = lp.DataParallel
 
 @pytest.fixture(autouse=True)
 def _on():
-    simulated.enable()
+    sim.enable()
 
 
 def cpu(tree: Any) -> Any:

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 import learn_parallel as lp
-from learn_parallel import simulated
 from learn_parallel.devices import Device
+from learn_parallel.sim import max_memory_allocated, memory_allocated, reset_peak_memory_stats
 
 SIM = [Device("sim", i).torch_device for i in range(4)]
 IDS = [0, 1, 2, 3]
@@ -258,36 +258,36 @@ def test_random_operations_without_a_generator_argument_use_the_devices_stream()
 
 
 def test_bytes_per_device_match_the_tensors_that_live_there():
-    before = [simulated.memory_allocated(i) for i in IDS]
+    before = [memory_allocated(i) for i in IDS]
     a = torch.empty(1000, dtype=torch.float32, device=SIM[1])  # 4000 bytes
     b = torch.empty(10, 10, dtype=torch.float64, device=SIM[1])  # 800 bytes
     view = a[100:200]  # a view holds no memory of its own
     c = a.to(SIM[2])  # a copy does
-    after = [simulated.memory_allocated(i) for i in IDS]
+    after = [memory_allocated(i) for i in IDS]
     assert [x - y for x, y in zip(after, before)] == [0, 4800, 4000, 0]
     del a  # the view keeps the storage alive, as on a GPU
-    assert simulated.memory_allocated(1) - before[1] == 4800
+    assert memory_allocated(1) - before[1] == 4800
     del view, b, c
-    assert [simulated.memory_allocated(i) for i in IDS] == before
+    assert [memory_allocated(i) for i in IDS] == before
 
 
 def test_peak_memory_is_kept_until_reset():
-    simulated.reset_peak_memory_stats(3)
-    base = simulated.memory_allocated(3)
+    reset_peak_memory_stats(3)
+    base = memory_allocated(3)
     big = torch.empty(25_000, device=SIM[3])  # 100 kB
     del big
-    assert simulated.memory_allocated(3) == base
-    assert simulated.max_memory_allocated(3) == base + 100_000
+    assert memory_allocated(3) == base
+    assert max_memory_allocated(3) == base + 100_000
     assert torch.sim.max_memory_allocated(3) == base + 100_000
-    simulated.reset_peak_memory_stats(3)
-    assert simulated.max_memory_allocated(3) == base
+    reset_peak_memory_stats(3)
+    assert max_memory_allocated(3) == base
 
 
 def test_replication_puts_a_copy_of_the_parameters_on_each_other_device():
     net = nn.Linear(100, 50).to(SOURCE)  # 5050 floats: 20200 bytes
-    before = [simulated.memory_allocated(i) for i in IDS]
+    before = [memory_allocated(i) for i in IDS]
     replicas = lp.replicate(net, IDS, detach=True)
-    grown = [simulated.memory_allocated(i) - b for i, b in zip(IDS, before)]
+    grown = [memory_allocated(i) - b for i, b in zip(IDS, before)]
     assert grown == [0, 20200, 20200, 20200]  # replica 0 shares the original's storage
     del replicas
 

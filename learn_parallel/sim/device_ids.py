@@ -1,0 +1,80 @@
+"""How many simulated devices there are, and which one ``device="sim"`` means.
+
+The count comes from ``LEARN_PARALLEL_SIMULATED_DEVICES`` (4 when unset); it is the
+count behind ``torch.sim.device_count()``, and `learn_parallel.devices` asks it here
+for ``device_ids=None`` whenever the lessons run on simulated devices.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import torch
+
+NAME = "sim"
+SIMULATED_DEVICES_ENV = "LEARN_PARALLEL_SIMULATED_DEVICES"
+DEFAULT_SIMULATED_DEVICES = 4
+
+
+def device_count() -> int:
+    """How many simulated devices exist: ``LEARN_PARALLEL_SIMULATED_DEVICES``, default 4."""
+    raw = os.environ.get(SIMULATED_DEVICES_ENV, str(DEFAULT_SIMULATED_DEVICES))
+    try:
+        count = int(raw)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(
+            f"{SIMULATED_DEVICES_ENV}={raw!r} is not a positive integer; "
+            f"set it to the number of simulated devices you want, e.g. 2."
+        )
+    return count
+
+
+DeviceArg = int | str | torch.device | None
+_current = threading.local()  # per thread, as CUDA's current device is
+
+
+def current_device() -> int:
+    """The index ``device="sim"`` stands for in this thread (0 until `set_device`)."""
+    return getattr(_current, "index", 0)
+
+
+def device_index(device: DeviceArg = None) -> int:
+    """The index of an existing simulated device; ``None`` or ``"sim"`` mean the current one."""
+    if isinstance(device, int):
+        index = device
+    else:
+        where = torch.device(NAME) if device is None else torch.device(device)
+        if where.type != NAME:
+            raise ValueError(f"Expected a simulated device ({NAME}:i), got {where}.")
+        index = current_device() if where.index is None else where.index
+    count = device_count()
+    if not 0 <= index < count:
+        raise RuntimeError(
+            f"Invalid device ordinal: simulated device {NAME}:{index} does not exist: there "
+            f"are {count} (ids 0 to {count - 1}). Set LEARN_PARALLEL_SIMULATED_DEVICES to "
+            f"simulate more."
+        )
+    return index
+
+
+def set_device(device: DeviceArg) -> None:
+    """Make ``device`` the current simulated device of this thread."""
+    _current.index = device_index(device)
+
+
+class device:
+    """``with torch.sim.device(1):`` makes ``sim:1`` the current device inside (None: no change)."""
+
+    def __init__(self, device: DeviceArg) -> None:
+        self.index = None if device is None or device == -1 else device_index(device)
+
+    def __enter__(self) -> None:
+        self.previous = current_device()
+        if self.index is not None:
+            set_device(self.index)
+
+    def __exit__(self, *exc: object) -> None:
+        set_device(self.previous)
