@@ -41,6 +41,9 @@ Preconditions (checked where cheap, stated where not):
 
 BatchNorm running statistics behave as in `DataParallel`: replica 0's updates
 are copied back to the original after each forward.
+
+The class is assembled from three files: this one (kept replicas, forward),
+`fast_buckets` (the gradient reduction) and `fast_graphs` (the CUDA graphs).
 """
 
 from __future__ import annotations
