@@ -2,39 +2,47 @@
 
 The public names mirror ``torch.nn.parallel``; modules follow the order data
 flows through one forward pass: devices -> scatter_gather -> replicate ->
-parallel_apply -> data_parallel, then the variants: options (the customisable
-gather/scatter options) and tuple_parallel; then the bridges: clone_replicate
-(libtorch's replicate strategy), fast (FastDataParallel, the opt-in fast path) and
-distributed (a minimal DistributedDataParallel, one process per device).
+parallel_apply -> data_parallel. The variants built over those four steps live
+in ``learn_parallel.variants``; their public classes are exported here too.
 """
 
 from learn_parallel.data_parallel import DataParallel, data_parallel
 from learn_parallel.devices import Device, device_count, device_type, first_device
-from learn_parallel.distributed import DistributedDataParallel
-from learn_parallel.fast import FastDataParallel
-from learn_parallel.options import gather_per_device
 from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.replicate import replicate
 from learn_parallel.scatter_gather import gather, scatter, scatter_kwargs
-from learn_parallel.tuple_parallel import PerDeviceCollate, TupleParallel, split_batch
+from learn_parallel.variants import (
+    CloneDataParallel,
+    DistributedDataParallel,
+    FastDataParallel,
+    OptionsDataParallel,
+    PerDeviceCollate,
+    TupleParallel,
+    gather_per_device,
+    split_batch,
+)
 
 __all__ = [
-    "DataParallel",
-    "DistributedDataParallel",
+    # the taught pieces, in data-flow order
     "Device",
-    "FastDataParallel",
-    "PerDeviceCollate",
-    "TupleParallel",
-    "data_parallel",
     "device_count",
     "device_type",
     "first_device",
-    "gather",
-    "gather_per_device",
-    "parallel_apply",
-    "replicate",
     "scatter",
     "scatter_kwargs",
+    "gather",
+    "replicate",
+    "parallel_apply",
+    "DataParallel",
+    "data_parallel",
+    # the variants
+    "OptionsDataParallel",
+    "gather_per_device",
+    "TupleParallel",
+    "PerDeviceCollate",
     "split_batch",
+    "CloneDataParallel",
+    "FastDataParallel",
+    "DistributedDataParallel",
 ]
 __version__ = "0.1.0"

@@ -261,7 +261,6 @@ def _infer_device(module: nn.Module, position: int) -> Device:
     return to_device(position)
 
 
-# [parallel-apply]
 def parallel_apply(
     modules: Sequence[nn.Module],
     inputs: Sequence[Any],
@@ -311,9 +310,6 @@ def parallel_apply(
             # held the exception would keep itself alive in a reference cycle.
             _raise_from_replica(_take_failure(jobs, replica), replica, device)
     return [job.result for job in jobs]
-
-
-# [parallel-apply]
 
 
 def _take_failure(jobs: Sequence[_Job], replica: int) -> BaseException:

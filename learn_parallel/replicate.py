@@ -135,29 +135,22 @@ def _copies_per_device(
     return [list(flat[i : i + n]) for i in range(0, len(flat), n)]
 
 
-def wrong_device_error(kind: str, name: str, device: torch.device, source: Device) -> RuntimeError:
-    """The error for a ``kind`` ("parameter", "buffer") named ``name`` that is not on ``source``."""
-    return RuntimeError(
-        f"module must have its parameters and buffers on device {source} "
-        f"(device_ids[0]) but {kind} '{name}' is on {device}. "
-        f"Move the module there before the forward pass "
-        f"(module.to('{source.torch_device}')), or put that device first "
-        f"in device_ids."
-    )
-
-
-def _tensors_to_copy(
-    network: nn.Module, source: Device
+def check_on_source_device(
+    module: nn.Module, source: Device
 ) -> tuple[list[nn.Module], list[torch.Tensor], list[torch.Tensor]]:
-    """Every submodule, parameter and buffer once (tied ones too), each checked on the way.
+    """Raise unless every parameter and buffer of ``module`` is on ``source``.
 
-    One walk over the module tree per step both collects what to copy and checks
-    it can be copied from ``source``.
+    Replicas are copied from the source device, so a tensor anywhere else would
+    either be missed or break the copy halfway. The message names the tensor.
+    Every wrapper makes this check once per forward: itself on one device,
+    through `replicate` on several. The same walk over the module collects what
+    `replicate` copies (every submodule, parameter and buffer once, tied ones
+    too), so a step walks the module only once; lazy parameters are refused.
     """
     modules, params, buffers, names = [], [], [], {}
-    for prefix, module in network.named_modules():
-        modules.append(module)
-        for table, found in ((module._parameters, params), (module._buffers, buffers)):
+    for prefix, submodule in module.named_modules():
+        modules.append(submodule)
+        for table, found in ((submodule._parameters, params), (submodule._buffers, buffers)):
             for name, tensor in table.items():
                 if tensor is None or id(tensor) in names:
                     continue
@@ -169,20 +162,17 @@ def _tensors_to_copy(
                         f"'{qualified}'. Run one forward pass on a small batch first so its "
                         f"shape is known, then wrap it."
                     )
-    source_device = source.torch_device
     for kind, tensors in (("parameter", params), ("buffer", buffers)):
         for tensor in tensors:
-            if tensor.device != source_device:
-                raise wrong_device_error(kind, names[id(tensor)], tensor.device, source)
+            if tensor.device != source.torch_device:
+                raise RuntimeError(
+                    f"module must have its parameters and buffers on device {source} "
+                    f"(device_ids[0]) but {kind} '{names[id(tensor)]}' is on {tensor.device}. "
+                    f"Move the module there before the forward pass "
+                    f"(module.to('{source.torch_device}')), or put that device first "
+                    f"in device_ids."
+                )
     return modules, params, buffers
-
-
-def check_replicable(network: nn.Module, source: Device) -> None:
-    """Raise unless every parameter and buffer of ``network`` can be copied from ``source``.
-
-    The same walk and the same errors as `replicate`, for strategies that copy otherwise.
-    """
-    _tensors_to_copy(network, source)
 
 
 _DEFAULT_SHALLOW_COPY = nn.Module._replicate_for_data_parallel
@@ -211,7 +201,6 @@ def shallow_copy(module: nn.Module) -> tuple[nn.Module, bool]:
     return replica, True
 
 
-# [replicate]
 def replicate(
     network: ModuleT, devices: Sequence[DeviceLike], detach: bool = False
 ) -> list[ModuleT]:
@@ -224,7 +213,7 @@ def replicate(
     as BatchNorm running statistics) survive the step.
     """
     devices = resolved(devices)
-    modules, params, buffers = _tensors_to_copy(network, devices[0])
+    modules, params, buffers = check_on_source_device(network, devices[0])
     grad_buffers = [b for b in buffers if b.requires_grad]
     plain_buffers = [b for b in buffers if not b.requires_grad]
 
@@ -264,6 +253,3 @@ def replicate(
                     replica._buffers[name] = copies_of[d][i]
         replicas_per_device.append(copies[0])
     return replicas_per_device
-
-
-# [replicate]

@@ -22,7 +22,6 @@ from learn_parallel.devices import Device, DeviceLike, output_torch_device, reso
 from learn_parallel.phases import phase
 
 
-# [scatter-function]
 class Scatter(Function):
     """Split one tensor along ``dim`` and send piece i to torch device ``devices[i]``.
 
@@ -43,10 +42,6 @@ class Scatter(Function):
         return None, None, None, Gather.apply(ctx.source, ctx.dim, *grads)
 
 
-# [scatter-function]
-
-
-# [gather-function]
 class Gather(Function):
     """Concatenate per-device tensors along ``dim`` on one target device."""
 
@@ -66,9 +61,6 @@ class Gather(Function):
         with phase("grad scatter"):
             pieces = Scatter.apply(ctx.sources, ctx.sizes, ctx.dim, grad)
         return None, None, *pieces
-
-
-# [gather-function]
 
 
 # --------------------------------------------------------------------------
@@ -256,8 +248,3 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> A
     if not outputs:
         raise ValueError("gather() needs at least one replica output.")
     return _join(list(outputs), output_torch_device(target_device), dim, "output")
-
-
-def join(outputs: Sequence[Any], target: torch.device, dim: int, path: str) -> Any:
-    """`gather`'s walk for callers that already hold the torch device and a path to report."""
-    return _join(outputs, target, dim, path)

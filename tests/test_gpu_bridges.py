@@ -16,8 +16,8 @@ from _training import assert_same
 from torch import nn
 
 import learn_parallel as lp
-from learn_parallel.fast import FastDataParallel
 from learn_parallel.lab import ladder
+from learn_parallel.variants.fast import FastDataParallel
 
 pytestmark = pytest.mark.gpu
 TOL = {"rtol": 1e-9, "atol": 1e-11}  # float64; reduction order differs from one device
@@ -97,7 +97,7 @@ def single_device():
 
 
 WRAPPERS = {
-    "clone": lambda m: lp.DataParallel(m, device_ids=[0, 1], replicate="clone"),
+    "clone": lambda m: lp.CloneDataParallel(m, device_ids=[0, 1]),
     "persistent_workers": lambda m: ladder.TorchReplicateDataParallel(m, device_ids=[0, 1]),
     "lean_replicate": lambda m: lp.DataParallel(m, device_ids=[0, 1]),
     "kept_replicas": lambda m: FastDataParallel(m, [0, 1], overlap_reduce=False),
@@ -124,9 +124,9 @@ def test_overlap_reduces_buckets_inside_backward():
 def test_clone_leaves_batchnorm_statistics_alone_broadcast_keeps_replica_0s():
     x = batches()[0][0].to("cuda:0")
     stats = {}
-    for strategy in ("broadcast", "clone"):
+    for strategy, wrapper in (("broadcast", lp.DataParallel), ("clone", lp.CloneDataParallel)):
         model = conv_net(batch_norm=True).to("cuda:0")
-        lp.DataParallel(model, device_ids=[0, 1], replicate=strategy)(x)
+        wrapper(model, device_ids=[0, 1])(x)
         stats[strategy] = model[1].running_mean.cpu()
     reference = conv_net(batch_norm=True).to("cuda:0")
     reference(x[:4])  # replica 0's share of the batch
@@ -171,7 +171,7 @@ def test_cuda_graphs_leave_the_callers_input_alone():
 def test_clone_double_backward_on_gpus():
     model = conv_net().to("cuda:0")
     x = batches()[0][0].to("cuda:0")
-    dp = lp.DataParallel(model, device_ids=[0, 1], replicate="clone")
+    dp = lp.CloneDataParallel(model, device_ids=[0, 1])
     grads = torch.autograd.grad(dp(x).pow(2).sum(), list(model.parameters()), create_graph=True)
     penalty = sum(g.pow(2).sum() for g in grads)
     second = torch.autograd.grad(penalty, list(model.parameters()))
@@ -196,7 +196,7 @@ def test_copy_of_model_is_untouched_by_clone():
     # The clones are copies: training through them changes only the original.
     model = conv_net().to("cuda:0")
     before = copy.deepcopy(model)
-    replicas = lp.DataParallel(model, device_ids=[0, 1], replicate="clone").replicate(model, [0, 1])
+    replicas = lp.CloneDataParallel(model, device_ids=[0, 1]).replicate(model, [0, 1])
     assert replicas[1][0].weight.device == torch.device("cuda:1")
     for a, b in zip(model.parameters(), before.parameters(), strict=True):
         assert torch.equal(a, b)

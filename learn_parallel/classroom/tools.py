@@ -22,7 +22,6 @@ from torch.overrides import TorchFunctionMode
 
 from learn_parallel.classroom.judge import judging
 from learn_parallel.devices import (
-    SIMULATED,
     Device,
     device_count,
     device_type,
@@ -53,18 +52,6 @@ def machine() -> Machine:
     kind = device_type()
     ids = list(range(device_count()))
     return Machine(kind, ids, [Device(kind, i) for i in ids])
-
-
-def devices_are_distinct() -> bool:
-    """Can a tensor's ``.device`` tell device 0 from device 1 (and from the host)?
-
-    True on GPUs, and on simulated devices too: each is a PyTorch device of its own
-    (``sim:0``, ``sim:1``). Where it is False, checks look for the copy itself (`Moves`).
-    """
-    if device_type() != SIMULATED:
-        return True
-    first, second = Device(SIMULATED, 0).torch_device, Device(SIMULATED, 1).torch_device
-    return first != second and first != torch.device("cpu")
 
 
 # --------------------------------------------------------------------------
@@ -271,24 +258,19 @@ def _target_of(args: tuple, kwargs: dict) -> torch.device | None:
 
 
 class Moves:
-    """Records every ``Tensor.to`` / ``Module.to`` call made while it is active.
+    """Records every ``Tensor.to`` call made while it is active.
 
-    On GPUs ``tensor.device`` says where a tensor is. Simulated devices all live
-    in host memory, so there the only evidence of "sent to device 2" is the call
-    that sent it: `placed` accepts a tensor only if it came out of a ``.to()``
-    aimed at that device (or already reports a distinct device that matches).
+    ``tensor.device`` says where a tensor is, on GPUs and simulated devices alike;
+    the record says what was copied (`sent`, `moved_non_scalars_with_grad`).
     """
 
     def __init__(self) -> None:
-        self.tensors: dict[int, tuple[torch.Tensor, torch.device]] = {}
-        self.modules: list[tuple[nn.Module, torch.device]] = []
         self.moved_shapes: list[tuple[torch.Size, bool]] = []
         self.sources: dict[int, tuple[torch.Tensor, list[torch.device]]] = {}
         self._lock = threading.Lock()
 
     def __enter__(self) -> Moves:
         self._tensor_to = torch.Tensor.to
-        self._module_to = nn.Module.to
         moves = self
 
         def tensor_to(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -296,49 +278,29 @@ class Moves:
             target = _target_of(args, kwargs)
             if target is not None:
                 with moves._lock:
-                    moves.tensors[id(result)] = (result, target)
                     moves.moved_shapes.append((tensor.shape, tensor.requires_grad))
                     moves.sources.setdefault(id(tensor), (tensor, []))[1].append(target)
             return result
 
-        def module_to(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            target = _target_of(args, kwargs)
-            if target is not None:
-                with moves._lock:
-                    moves.modules.append((module, target))
-            return moves._module_to(module, *args, **kwargs)
-
         torch.Tensor.to = tensor_to
-        nn.Module.to = module_to
         return self
 
     def __exit__(self, *exc: object) -> None:
         torch.Tensor.to = self._tensor_to
-        nn.Module.to = self._module_to
 
     def placed(self, tensor: torch.Tensor, device: torch.device) -> bool:
-        """Is ``tensor`` on ``device``, and (on simulated devices) was it sent there?"""
-        if tensor.device != device:
-            return False
-        if devices_are_distinct():
-            return True
-        moved = self.tensors.get(id(tensor))
-        return moved is not None and moved[0] is tensor and moved[1] == device
+        """Is ``tensor`` on ``device``?"""
+        return tensor.device == device
 
     def sent(self, tensor: torch.Tensor, device: torch.device) -> bool:
-        """Was ``tensor`` copied to ``device`` with ``.to()`` (needed only where it is
-        elsewhere; simulated devices cannot tell, so there the copy must be seen)?"""
-        if judging() or (devices_are_distinct() and tensor.device == device):
+        """Is ``tensor`` on ``device``, or was it copied there with ``.to()``?"""
+        if judging() or tensor.device == device:
             return True
         entry = self.sources.get(id(tensor))
         return entry is not None and entry[0] is tensor and device in entry[1]
 
     def module_sent_to(self, module: nn.Module, device: torch.device) -> bool:
-        if not all(p.device == device for p in module.parameters()):
-            return False
-        if devices_are_distinct() or judging():
-            return True
-        return any(m is module and d == device for m, d in self.modules)
+        return all(p.device == device for p in module.parameters())
 
     def moved_non_scalars_with_grad(self) -> list[torch.Size]:
         """Shapes of tensors that take part in autograd and were copied whole."""

@@ -39,6 +39,7 @@ from torch.nn import functional as F
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import device_count, resolve_device_ids
 from learn_parallel.lab.timing import describe_hardware, step_times_ms
+from learn_parallel.variants.options import OptionsDataParallel
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,8 @@ def measure(n: int, config: Config) -> dict:
     ids = [d.index for d in devices]
     chains = {
         "scattered": (
-            DataParallel(net_a, ids, gather_to_one_device=False),
-            DataParallel(net_b, ids, inputs_are_scattered=True),
+            OptionsDataParallel(net_a, ids, gather_to_one_device=False),
+            OptionsDataParallel(net_b, ids, inputs_are_scattered=True),
         ),
         "regathered": (DataParallel(net_a, ids), DataParallel(net_b, ids)),
     }

@@ -41,7 +41,6 @@ import torch.distributed as dist
 from learn_parallel import phases
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import device_count
-from learn_parallel.distributed import DEFAULT_BUCKET_CAP_MB, DistributedDataParallel
 from learn_parallel.lab import spread
 from learn_parallel.lab.bench import train_step
 from learn_parallel.lab.processes import NCCL_ENV, rank_device, run_ranks
@@ -52,6 +51,7 @@ from learn_parallel.lab.workloads import (
     make_batch,
     parameter_count,
 )
+from learn_parallel.variants.distributed import DEFAULT_BUCKET_CAP_MB, DistributedDataParallel
 
 SCHEMA = "learn_parallel.lab.ddp_timeline/1"
 RECORD_FILE = "distributed.json"

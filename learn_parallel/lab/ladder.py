@@ -31,7 +31,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from learn_parallel.clone_replicate import STRATEGIES
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import (
     SIMULATED_DEVICES_ENV,
@@ -39,10 +38,12 @@ from learn_parallel.devices import (
     resolve_device_ids,
     synchronize,
 )
-from learn_parallel.fast import FastDataParallel
 from learn_parallel.lab.bench import Group, Settings, run_ddp, train_step
 from learn_parallel.lab.timing import Recorder, describe_hardware, step_times_ms
 from learn_parallel.lab.workloads import Workload, build_model, make_batch
+from learn_parallel.replicate import replicate
+from learn_parallel.variants.clone_replicate import CloneDataParallel, clone_replicate
+from learn_parallel.variants.fast import FastDataParallel
 
 SCHEMA = "learn_parallel.lab.ladder/1"
 
@@ -100,10 +101,10 @@ LADDER = (
 CLONE_SET = (
     Rung("broadcast", "DataParallel(replicate='broadcast'): PyTorch's Python design, one "
          "Broadcast node for all parameters", "none", False,
-         lambda m, ids: DataParallel(m, device_ids=ids, replicate="broadcast")),
+         lambda m, ids: DataParallel(m, device_ids=ids)),
     Rung("clone", "DataParallel(replicate='clone'): libtorch's design, a deep copy per device "
          "and one ReduceAdd edge per parameter", "none", False,
-         lambda m, ids: DataParallel(m, device_ids=ids, replicate="clone")),
+         lambda m, ids: CloneDataParallel(m, device_ids=ids)),
 )  # fmt: skip
 # [rungs]
 
@@ -164,7 +165,7 @@ def replicate_host_ms(workload: Workload, count: int, repeats: int = 20) -> dict
     devices = resolve_device_ids(list(range(count)))
     model = build_model(workload).to(devices[0].torch_device)
     result = {}
-    for name, strategy in STRATEGIES.items():
+    for name, strategy in (("broadcast", replicate), ("clone", clone_replicate)):
         times = []
         for _ in range(repeats + 2):
             start = time.perf_counter()

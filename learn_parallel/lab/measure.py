@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from learn_parallel import sim
-from learn_parallel.data_parallel import DataParallel, check_on_source_device
+from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import (
     Device,
     DeviceLike,
@@ -48,9 +48,9 @@ from learn_parallel.lab.timing import (
     step_times_ms,
 )
 from learn_parallel.parallel_apply import parallel_apply
-from learn_parallel.replicate import copy_to_devices, replicate
+from learn_parallel.replicate import check_on_source_device, copy_to_devices, replicate
 from learn_parallel.scatter_gather import gather, scatter
-from learn_parallel.tuple_parallel import TupleParallel, split_batch
+from learn_parallel.variants.tuple_parallel import TupleParallel, split_batch
 
 if TYPE_CHECKING:  # Python 3.10 has it elsewhere; only the annotations need it
     from importlib.resources.abc import Traversable

@@ -56,10 +56,10 @@ def wire(source, original, clones):
 """,
         "calls the forbidden ReduceAddEdge": """
 def wire(source, original, clones):
-    return lp.clone_replicate.ReduceAddEdge.apply(source, original, *clones)
+    return lp.variants.clone_replicate.ReduceAddEdge.apply(source, original, *clones)
 """,
         "subclasses the forbidden ReduceAddEdge": """
-from learn_parallel.clone_replicate import ReduceAddEdge
+from learn_parallel.variants.clone_replicate import ReduceAddEdge
 
 
 class Mine(ReduceAddEdge):

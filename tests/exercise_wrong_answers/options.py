@@ -10,7 +10,7 @@ def kept_apart(output, keys):
             return tree_map(lambda t: t[rows], output)
 
     rows = torch.arange(len(tree_leaves(output)[0]), device=SOURCE)
-    result = lp.DataParallel(Echo(), except_keywords=keys)(rows)
+    result = lp.OptionsDataParallel(Echo(), except_keywords=keys)(rows)
 
     def paths(tree, path=()):
         if isinstance(tree, dict):

@@ -10,7 +10,7 @@ from torch import nn
 from learn_parallel.classroom import exercise
 from learn_parallel.classroom.judge import observe
 from learn_parallel.classroom.tools import forbid, machine
-from learn_parallel.fast import FastDataParallel, move_into_flat
+from learn_parallel.variants.fast import FastDataParallel, move_into_flat
 
 CASES = [([10, 10, 10, 10], 20), ([5, 30, 5, 1, 1], 12), ([4], 100), ([8, 8, 8], 8), ([3, 9, 2], 5)]
 

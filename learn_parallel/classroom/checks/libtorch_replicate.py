@@ -10,8 +10,12 @@ from torch import nn
 from learn_parallel.classroom import exercise
 from learn_parallel.classroom.judge import observe
 from learn_parallel.classroom.tools import forbid, machine
-from learn_parallel.clone_replicate import ReduceAddEdge, clone_module_by_module, clone_replicate
 from learn_parallel.replicate import replicate
+from learn_parallel.variants.clone_replicate import (
+    ReduceAddEdge,
+    clone_module_by_module,
+    clone_replicate,
+)
 
 
 def _devices(count: int = 3) -> list:

@@ -49,7 +49,7 @@ def kept_apart(fn) -> str:
     x = torch.randn(6, 2, device=here.source)
     for template, keys in cases:
         model = _Template(template)
-        actual = _tuple_paths(lp.DataParallel(model, except_keywords=keys)(x))
+        actual = _tuple_paths(lp.OptionsDataParallel(model, except_keywords=keys)(x))
         whole = model(x)
         with forbid(*learn_parallel_functions()):  # predict, do not run DataParallel
             predicted = fn(whole, keys)
@@ -80,7 +80,7 @@ def per_device_loss(fn) -> str:
     here = machine()
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3)).to(here.source)
-    wrapped = lp.DataParallel(net, gather_to_one_device=False)
+    wrapped = lp.OptionsDataParallel(net, gather_to_one_device=False)
     for rows in (7, 10, 2):
         x, y = torch.randn(rows, 4, device=here.source), torch.randn(rows, 3, device=here.source)
         net.zero_grad()

@@ -1,4 +1,4 @@
-"""DataParallel's customisable options: gather_to_one_device, inputs_are_scattered,
+"""OptionsDataParallel (DataParallel with options): gather_to_one_device, inputs_are_scattered,
 except_keywords, sort_and_gather, and gather_per_device.
 
 What these tests prove: each option puts every value where it says (per-device
@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch import nn
 
-from learn_parallel import DataParallel, device_type, gather_per_device
+from learn_parallel import OptionsDataParallel, device_type, gather_per_device
 from learn_parallel.devices import to_device
 
 TOL = {"rtol": 1e-10, "atol": 1e-12}
@@ -109,7 +109,9 @@ def test_not_gathered_every_tensor_leaf_becomes_a_per_device_tuple(n):
     model = Structured()
     x = batch()
     reference = model(x)
-    out = DataParallel(on(model, [0]), device_ids=list(range(n)), gather_to_one_device=False)(x)
+    out = OptionsDataParallel(
+        on(model, [0]), device_ids=list(range(n)), gather_to_one_device=False
+    )(x)
     pieces = reference["y"].chunk(n)
     assert isinstance(out["y"], tuple) and len(out["y"]) == n
     assert [y.device.index for y in out["y"]] == list(range(n))  # each left where computed
@@ -121,12 +123,14 @@ def test_not_gathered_every_tensor_leaf_becomes_a_per_device_tuple(n):
 
 
 def test_not_gathered_on_one_device_still_gives_one_element_tuples():
-    out = DataParallel(on(Structured(), [0]), device_ids=[0], gather_to_one_device=False)(batch())
+    out = OptionsDataParallel(on(Structured(), [0]), device_ids=[0], gather_to_one_device=False)(
+        batch()
+    )
     assert isinstance(out["y"], tuple) and len(out["y"]) == 1
 
 
 def test_not_gathered_short_batch_gives_as_many_values_as_pieces():
-    out = DataParallel(
+    out = OptionsDataParallel(
         on(linear(5, 2, 0), [0]), device_ids=[0, 1, 2, 3], gather_to_one_device=False
     )(batch(rows=3))
     assert len(out) == 3
@@ -141,7 +145,7 @@ def test_scattered_inputs_replica_i_gets_value_i_of_every_argument(n):
     xs = batch().chunk(n)
     extras = tuple(torch.full((len(x),), 100.0 + i, dtype=torch.float64) for i, x in enumerate(xs))
     reference = torch.cat([model.linear(x) + e[:, None] for x, e in zip(xs, extras)])
-    dp = DataParallel(on(model, [0]), device_ids=list(range(n)), inputs_are_scattered=True)
+    dp = OptionsDataParallel(on(model, [0]), device_ids=list(range(n)), inputs_are_scattered=True)
     out = dp(list(spread(xs)), extra=spread(extras))  # a list works as well as a tuple
     assert model.seen == {
         f"learn_parallel worker sim:{i}": (float(xs[i][0, 0]), 100.0 + i) for i in range(n)
@@ -152,13 +156,13 @@ def test_scattered_inputs_replica_i_gets_value_i_of_every_argument(n):
 def test_scattered_inputs_with_fewer_values_run_fewer_replicas():
     model = on(Tagger(), [0])
     xs = spread(batch(rows=2).chunk(2))
-    dp = DataParallel(model, device_ids=[0, 1, 2, 3], inputs_are_scattered=True)
+    dp = OptionsDataParallel(model, device_ids=[0, 1, 2, 3], inputs_are_scattered=True)
     out = dp(xs, extra=spread((torch.zeros(1), torch.zeros(1))))
     assert out.shape == (2, 2) and len(model.seen) == 2
 
 
 def test_scattered_inputs_errors_name_the_problem_and_the_fix():
-    dp = DataParallel(on(Tagger(), [0]), device_ids=[0, 1], inputs_are_scattered=True)
+    dp = OptionsDataParallel(on(Tagger(), [0]), device_ids=[0, 1], inputs_are_scattered=True)
     xs = spread(batch().chunk(2))
     extra = spread((torch.zeros(8), torch.zeros(8)))
     with pytest.raises(TypeError, match=r"argument 0 is a Tensor.*gather_to_one_device=False"):
@@ -200,9 +204,9 @@ def test_except_keywords_keep_their_subtrees_apart_and_gather_the_rest(n):
     model = Features()
     x = batch()
     reference = model.model(x)
-    out = DataParallel(on(model, [0]), device_ids=list(range(n)), except_keywords=["out1", "out2"])(
-        x
-    )
+    out = OptionsDataParallel(
+        on(model, [0]), device_ids=list(range(n)), except_keywords=["out1", "out2"]
+    )(x)
     torch.testing.assert_close(out["second_output"].cpu(), reference, **TOL)
     for key in ("out1", "out2"):
         assert isinstance(out["outputs"][key], tuple)
@@ -214,7 +218,7 @@ def test_except_keywords_match_at_any_depth_and_keep_the_whole_subtree():
         def forward(self, x):
             return [{"a": {"keep": {"x": x, "more": [x]}, "b": x}}, x]
 
-    out = DataParallel(Deep(), device_ids=[0, 1], except_keywords=("keep",))(batch())
+    out = OptionsDataParallel(Deep(), device_ids=[0, 1], except_keywords=("keep",))(batch())
     assert [t.device.index for t in out[0]["a"]["keep"]["x"]] == [0, 1]
     kept = out[0]["a"]["keep"]
     assert len(kept["x"]) == 2 and len(kept["more"][0]) == 2
@@ -223,16 +227,16 @@ def test_except_keywords_match_at_any_depth_and_keep_the_whole_subtree():
 
 def test_except_keywords_as_a_bare_string_is_refused():
     with pytest.raises(TypeError, match=r"got the string 'out1'; write except_keywords=\['out1'\]"):
-        DataParallel(Features(), device_ids=[0, 1], except_keywords="out1")
+        OptionsDataParallel(Features(), device_ids=[0, 1], except_keywords="out1")
 
 
 def test_default_options_keep_pytorch_behaviour():
-    dp = DataParallel(on(Features(), [0]), device_ids=[0, 1])
+    dp = OptionsDataParallel(on(Features(), [0]), device_ids=[0, 1])
     out = dp(batch())
     assert out["outputs"]["out1"].shape == (16, 2)  # everything gathered
     assert "gather_to_one_device" not in repr(dp)
-    assert DataParallel(on(linear(5, 1, 0), [0]), device_ids=[0])(batch()).shape == (16, 1)
-    options = DataParallel(Features(), [0, 1], except_keywords=["out2", "out1"])
+    assert OptionsDataParallel(on(linear(5, 1, 0), [0]), device_ids=[0])(batch()).shape == (16, 1)
+    options = OptionsDataParallel(Features(), [0, 1], except_keywords=["out2", "out1"])
     assert "except_keywords=['out1', 'out2']" in repr(options)
 
 
@@ -254,11 +258,11 @@ class RowIds(nn.Module):
 def test_sort_and_gather_keeps_batch_order_for_any_device_order(device_ids):
     rows = torch.arange(10, dtype=torch.float64)[:, None]
     model = on(RowIds(), device_ids)
-    kept = DataParallel(model, device_ids, gather_to_one_device=False)(rows)
+    kept = OptionsDataParallel(model, device_ids, gather_to_one_device=False)(rows)
     assert [k.device.index for k in kept] == device_ids
-    gathered = DataParallel(model, device_ids, inputs_are_scattered=True, sort_and_gather=True)(
-        kept
-    )
+    gathered = OptionsDataParallel(
+        model, device_ids, inputs_are_scattered=True, sort_and_gather=True
+    )(kept)
     assert gathered.device == source_of(device_ids)
     torch.testing.assert_close(gathered.cpu(), rows)
     torch.testing.assert_close(gather_per_device(kept, "cpu"), rows)
@@ -267,14 +271,14 @@ def test_sort_and_gather_keeps_batch_order_for_any_device_order(device_ids):
 def test_sort_and_gather_refuses_options_that_keep_outputs_apart():
     for option in ({"gather_to_one_device": False}, {"except_keywords": ["out1"]}):
         with pytest.raises(ValueError, match="sort_and_gather=True gathers every output.*"):
-            DataParallel(RowIds(), [0, 1], sort_and_gather=True, **option)
+            OptionsDataParallel(RowIds(), [0, 1], sort_and_gather=True, **option)
 
 
 def test_gather_per_device_undoes_gather_to_one_device_false_with_gradients():
     model = on(Structured(), [2])
     reference_model = copy.deepcopy(model).cpu()
     x = batch()
-    out = DataParallel(model, [2, 0, 1], gather_to_one_device=False)(x)
+    out = OptionsDataParallel(model, [2, 0, 1], gather_to_one_device=False)(x)
     whole = gather_per_device(out, "cpu")
     reference = reference_model(x)
     torch.testing.assert_close(whole["y"], reference["y"], **TOL)
@@ -295,8 +299,8 @@ def tutorial_case_one(device_ids, rows: int = 16):
     reference_a, reference_b = linear(5, 2, 3), linear(2, 1, 4)
     x = batch(rows)
 
-    dp_a = DataParallel(net_a, device_ids, gather_to_one_device=False)
-    dp_b = DataParallel(net_b, device_ids, inputs_are_scattered=True)
+    dp_a = OptionsDataParallel(net_a, device_ids, gather_to_one_device=False)
+    dp_b = OptionsDataParallel(net_b, device_ids, inputs_are_scattered=True)
     features = dp_a(x.to(source))
     assert isinstance(features, tuple) and len(features) == min(len(device_ids), rows)
     # each piece stayed on the device that computed it
@@ -324,8 +328,8 @@ def tutorial_case_two(device_ids):
     reference_a, reference_b = Features(), linear(2, 1, 5)
     x = batch()
 
-    dp_a = DataParallel(net_a, device_ids, except_keywords=["out1", "out2"])
-    dp_b = DataParallel(net_b, device_ids, inputs_are_scattered=True)
+    dp_a = OptionsDataParallel(net_a, device_ids, except_keywords=["out1", "out2"])
+    dp_b = OptionsDataParallel(net_b, device_ids, inputs_are_scattered=True)
     out_a = dp_a(x.to(source))
     out1, out2 = out_a["outputs"]["out1"], out_a["outputs"]["out2"]
     assert isinstance(out1, tuple) and len(out1) == len(device_ids)
@@ -387,9 +391,9 @@ def test_gpu_sort_and_gather_keeps_batch_order(device_ids):
     source = source_of(device_ids)
     rows = torch.arange(10, dtype=torch.float64, device=source)[:, None]
     model = RowIds().to(source)
-    kept = DataParallel(model, device_ids, gather_to_one_device=False)(rows)
+    kept = OptionsDataParallel(model, device_ids, gather_to_one_device=False)(rows)
     assert [k.device.index for k in kept] == device_ids
-    dp = DataParallel(model, device_ids, inputs_are_scattered=True, sort_and_gather=True)
+    dp = OptionsDataParallel(model, device_ids, inputs_are_scattered=True, sort_and_gather=True)
     torch.testing.assert_close(dp(kept), rows)
     torch.testing.assert_close(gather_per_device(kept, "cpu"), rows.cpu())
 
@@ -397,7 +401,7 @@ def test_gpu_sort_and_gather_keeps_batch_order(device_ids):
 @pytest.mark.gpu
 def test_gpu_scattered_inputs_on_the_wrong_gpu_are_refused():
     model = Tagger().cuda(0)
-    dp = DataParallel(model, [0, 1], inputs_are_scattered=True)
+    dp = OptionsDataParallel(model, [0, 1], inputs_are_scattered=True)
     x = batch().cuda(0)
     extra = (torch.zeros(8, device="cuda:0"), torch.zeros(8, device="cuda:1"))
     with pytest.raises(RuntimeError, match=r"argument 0\[1\] is on cuda:0.*\.to\('cuda:1'\)"):

@@ -1,6 +1,6 @@
 """libtorch's replicate strategy (`clone_replicate`), on simulated devices, in float64.
 
-Training through ``DataParallel(replicate="clone")`` must equal training on one
+Training through ``CloneDataParallel`` must equal training on one
 device: outputs, gradients and weights after three SGD steps (tolerance as in
 test_equivalence.py). Tied weights, buffers and double backward are pinned
 down for both strategies.
@@ -12,8 +12,11 @@ from _training import TOL, assert_same
 from torch import nn
 
 import learn_parallel as lp
-from learn_parallel.clone_replicate import ReduceAddEdge, clone_replicate, clone_to
 from learn_parallel.devices import resolve_device_ids
+from learn_parallel.variants.clone_replicate import ReduceAddEdge, clone_replicate, clone_to
+
+# The two replicate strategies: PyTorch's Broadcast (the base class) and libtorch's clone.
+WRAPPERS = {"broadcast": lp.DataParallel, "clone": lp.CloneDataParallel}
 
 
 def source(devices):
@@ -71,7 +74,7 @@ def test_clone_strategy_trains_like_one_device(devices):
         def forward(x):
             return clone_replicate(model, devices)[0](x.to(source(devices)))
     else:
-        forward = lp.DataParallel(model, device_ids=devices, replicate="clone")
+        forward = lp.CloneDataParallel(model, device_ids=devices)
     assert_same(train(model, forward, batches()), expected)
 
 
@@ -114,23 +117,23 @@ def test_frozen_parameters_get_no_edge_and_no_gradient():
 @pytest.mark.parametrize("strategy", ["broadcast", "clone"])
 def test_tied_weights_stay_tied_and_train_like_one_device(strategy):
     tied = Tied().double().to(source([0, 1]))
-    replicas = lp.DataParallel(tied, [0, 1], replicate=strategy).replicate(tied, [0, 1])
+    replicas = WRAPPERS[strategy](tied, [0, 1]).replicate(tied, [0, 1])
     for replica in replicas:
         assert replica.encode.weight is replica.decode.weight
     reference = Tied().double()
     expected = train(reference, reference, batches(features=6))
     model = Tied().double().to(source([0, 1, 2]))
-    dp = lp.DataParallel(model, device_ids=[0, 1, 2], replicate=strategy)
+    dp = WRAPPERS[strategy](model, device_ids=[0, 1, 2])
     assert_same(train(model, dp, batches(features=6)), expected)
 
 
 def test_batchnorm_statistics_broadcast_keeps_replica_0s_clone_keeps_none():
     x = batches()[0][0]
     stats = {}
-    for strategy in ("broadcast", "clone"):
+    for strategy in WRAPPERS:
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4)).double().to(source([0, 1]))
-        lp.DataParallel(model, device_ids=[0, 1], replicate=strategy)(x)
+        WRAPPERS[strategy](model, device_ids=[0, 1])(x)
         stats[strategy] = (model[1].running_mean.cpu(), int(model[1].num_batches_tracked))
     torch.manual_seed(0)
     reference = nn.Sequential(nn.Linear(5, 4), nn.BatchNorm1d(4)).double()
@@ -153,7 +156,7 @@ def test_buffers_that_require_grad_are_wired_like_parameters():
 
     module = Scaled()
     x = batches()[0][0]
-    lp.DataParallel(module, [0, 1], replicate="clone")(x).sum().backward()
+    lp.CloneDataParallel(module, [0, 1])(x).sum().backward()
     torch.testing.assert_close(module.scale.grad.cpu(), x.sum(), **TOL)
 
 
@@ -169,7 +172,7 @@ def test_double_backward_matches_one_device(strategy):
     reference = mlp()
     expected = second_order(reference, reference)
     model = mlp().to(source([0, 1, 2]))
-    got = second_order(model, lp.DataParallel(model, [0, 1, 2], replicate=strategy))
+    got = second_order(model, WRAPPERS[strategy](model, [0, 1, 2]))
     for a, b in zip(got, expected, strict=True):
         torch.testing.assert_close(a.cpu(), b, **TOL)
 
@@ -191,9 +194,10 @@ def test_reduce_add_edge_sums_onto_the_source():
     torch.testing.assert_close(original.grad, torch.full((3,), 6.0, dtype=torch.double))
 
 
-def test_unknown_strategy_is_refused_with_the_choices():
-    with pytest.raises(ValueError, match="replicate='clone'"):
-        lp.DataParallel(mlp(), [0, 1], replicate="copy")
+def test_the_strategy_is_a_subclass_not_a_keyword():
+    with pytest.raises(TypeError, match="replicate"):
+        lp.DataParallel(mlp(), [0, 1], replicate="clone")  # torch's signature: 4 arguments
+    assert lp.CloneDataParallel.replicate is not lp.DataParallel.replicate
 
 
 def test_clone_to_keeps_shared_submodules_shared():

@@ -1,10 +1,11 @@
 """The customisable options: keep outputs per device, take inputs already split.
 
 Two wrapped networks in a row normally meet on one device: the first gathers
-its output there, the second scatters it out again. The functions here let
-DataParallel skip that round trip (``gather_to_one_device=False``,
-``inputs_are_scattered=True``, ``except_keywords``) and gather per-device
-results later in batch order (`gather_per_device`).
+its output there, the second scatters it out again. `OptionsDataParallel`, a
+DataParallel whose scatter and gather steps take options, skips that round trip
+(``gather_to_one_device=False``, ``inputs_are_scattered=True``,
+``except_keywords``); `gather_per_device` gathers per-device results later, in
+batch order.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
+from torch import nn
 
 from learn_parallel import nested
+from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import Device, DeviceLike, output_torch_device
-from learn_parallel.scatter_gather import join
+from learn_parallel.scatter_gather import _join
 
 
 def check_on_device(value: Any, device: Device, path: str, fix: str) -> None:
@@ -115,7 +118,7 @@ def _gather_or_keep(
 ) -> Any:
     first = outputs[0]
     if not keep and not _mentions(first, keys):
-        return join(outputs, target, dim, path)  # nothing kept apart below: plain gather
+        return _join(outputs, target, dim, path)  # nothing kept apart below: plain gather
     members = nested.members(first)
     if members is None:  # a leaf: a tensor, None, or any other value
         return None if all(o is None for o in outputs) else tuple(outputs)
@@ -165,5 +168,95 @@ def _gather_tuples(obj: Any, target: torch.device, dim: int, path: str) -> Any:
     values = [value for _, value in members]
     is_sequence = isinstance(obj, tuple | list) and not nested.is_namedtuple(obj)
     if is_sequence and all(isinstance(v, torch.Tensor) for v in values):
-        return join(values, target, dim, path)
+        return _join(values, target, dim, path)
     return nested.rebuild(obj, [_gather_tuples(v, target, dim, path + p) for p, v in members])
+
+
+# [options-data-parallel]
+class OptionsDataParallel(DataParallel):
+    """DataParallel with four keyword options; their defaults give PyTorch's behaviour.
+
+    - ``gather_to_one_device=False``: nothing is gathered; every tensor leaf of
+      the output becomes a tuple of per-device tensors, in ``device_ids`` order.
+    - ``inputs_are_scattered=True``: nothing is scattered; every argument is a
+      tuple (or list) of per-device values and replica i gets the i-th of each.
+    - ``except_keywords=[...]``: gather everything but the subtrees under these
+      dict keys (at any depth), which stay per-device tuples.
+    - ``sort_and_gather=True``: gather every output in batch order. Replica i
+      always holds piece i of the batch, whatever the device ids, so replica
+      order *is* batch order and nothing is sorted by device id (which is what
+      misaligned the tutorial's version). The option refuses the two above,
+      which keep outputs apart; `gather_per_device` gathers those later.
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        device_ids: Sequence[DeviceLike] | None = None,
+        output_device: DeviceLike | None = None,
+        dim: int = 0,
+        *,
+        gather_to_one_device: bool = True,
+        inputs_are_scattered: bool = False,
+        except_keywords: Iterable[Any] = (),
+        sort_and_gather: bool = False,
+    ) -> None:
+        if isinstance(except_keywords, str):
+            # A lone string would otherwise be read as a set of one-letter keys.
+            raise TypeError(
+                f"except_keywords must be a list of dict keys, got the string "
+                f"{except_keywords!r}; write except_keywords=[{except_keywords!r}]."
+            )
+        except_keywords = frozenset(except_keywords)
+        if sort_and_gather and (not gather_to_one_device or except_keywords):
+            raise ValueError(
+                "sort_and_gather=True gathers every output to one device, but "
+                "gather_to_one_device=False or except_keywords ask to keep outputs "
+                "per device. Use one or the other; to gather per-device tuples later, "
+                "call learn_parallel.gather_per_device()."
+            )
+        super().__init__(module, device_ids, output_device, dim)
+        self.gather_to_one_device = gather_to_one_device
+        self.inputs_are_scattered = inputs_are_scattered
+        self.except_keywords = except_keywords
+        self.sort_and_gather = sort_and_gather
+
+    @property
+    def _keeps_apart(self) -> bool:
+        """True when some outputs stay per-device tuples instead of being gathered."""
+        return not self.gather_to_one_device or bool(self.except_keywords)
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        output = super().forward(*inputs, **kwargs)
+        if len(self.devices) == 1 and self._keeps_apart:
+            # One device skips gather; per-device tuples are promised all the same.
+            return self.gather([output], self.output_device)
+        return output
+
+    # [options-data-parallel]
+
+    def scatter(
+        self, inputs: tuple[Any, ...], kwargs: dict[str, Any], device_ids: Sequence[DeviceLike]
+    ) -> tuple[tuple[tuple[Any, ...], ...], tuple[dict[str, Any], ...]]:
+        if self.inputs_are_scattered:
+            return take_scattered(inputs, kwargs, self._devices_for(device_ids))
+        return super().scatter(inputs, kwargs, device_ids)
+
+    def gather(self, outputs: Sequence[Any], output_device: DeviceLike) -> Any:
+        if self._keeps_apart:
+            return gather_except(
+                outputs, output_device, self.dim, self.except_keywords, self.gather_to_one_device
+            )
+        return super().gather(outputs, output_device)
+
+    def extra_repr(self) -> str:
+        text = super().extra_repr()
+        if not self.gather_to_one_device:
+            text += ", gather_to_one_device=False"
+        if self.inputs_are_scattered:
+            text += ", inputs_are_scattered=True"
+        if self.except_keywords:
+            text += f", except_keywords=[{', '.join(sorted(map(repr, self.except_keywords)))}]"
+        if self.sort_and_gather:
+            text += ", sort_and_gather=True"
+        return text

@@ -18,8 +18,8 @@ from torch import nn
 
 import learn_parallel as lp
 from learn_parallel.devices import resolve_device_ids
-from learn_parallel.fast import FastDataParallel
 from learn_parallel.lab import ladder
+from learn_parallel.variants.fast import FastDataParallel
 
 RUNGS = {
     "kept_replicas": {"overlap_reduce": False},

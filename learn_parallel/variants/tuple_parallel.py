@@ -23,15 +23,14 @@ from torch.autograd.profiler import record_function
 from torch.utils.data import default_collate
 
 from learn_parallel import nested
-from learn_parallel.data_parallel import check_on_source_device, wrapper_devices
+from learn_parallel.data_parallel import wrapper_devices
 from learn_parallel.devices import Device, DeviceLike
-from learn_parallel.options import check_on_device
 from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.phases import phase
-from learn_parallel.replicate import replicate
+from learn_parallel.replicate import check_on_source_device, replicate
+from learn_parallel.variants.options import check_on_device
 
 
-# [move-to-device]
 def move_to_device(value: Any, device: Device) -> Any:
     """A copy of ``value`` with every tensor moved to ``device``, asynchronously.
 
@@ -53,10 +52,6 @@ def move_to_device(value: Any, device: Device) -> Any:
     return nested.rebuild(value, [move_to_device(member, device) for _, member in members])
 
 
-# [move-to-device]
-
-
-# [tuple-parallel]
 class TupleParallel(nn.Module):
     """Run ``module`` on N per-device batches at once; return N outputs, left in place.
 
@@ -92,7 +87,7 @@ class TupleParallel(nn.Module):
     def forward(self, batches: Sequence[Any], **kwargs: Any) -> tuple[Any, ...]:
         """``module(batches[i], **kwargs)`` on device i, for every i; returns the N outputs."""
         with record_function("learn_parallel.TupleParallel.forward"):
-            if len(self.devices) == 1:  # on several devices, replicate checks as it copies
+            if len(self.devices) == 1:  # on several, replicate checks before it copies
                 check_on_source_device(self.module, self.src_device)
             with phase("scatter"):
                 inputs, kwargs_tup = self._place(batches, kwargs)
@@ -141,9 +136,6 @@ class TupleParallel(nn.Module):
     def collate_fn(self, collate: Callable[[list], Any] = default_collate) -> PerDeviceCollate:
         """A DataLoader ``collate_fn`` that gives this TupleParallel its N batches."""
         return PerDeviceCollate(len(self.devices), dim=self.dim, collate=collate)
-
-
-# [tuple-parallel]
 
 
 # [per-device-collate]

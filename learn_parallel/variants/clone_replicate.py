@@ -14,26 +14,26 @@ two steps instead of through `Broadcast`:
 Python can only attach a ``grad_fn`` by running a Function, so step 2 is
 `ReduceAddEdge`: its forward hands the cloned tensors back unchanged (as views,
 which is what gives them the ``grad_fn``) and its backward is libtorch's
-ReduceAdd. Select it with ``DataParallel(..., replicate="clone")``.
+ReduceAdd. `CloneDataParallel` is DataParallel with this replicate step.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TypeVar
 
 import torch
 from torch import nn
 from torch.autograd import Function
 
+from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import Device, DeviceLike, to_device
-from learn_parallel.replicate import check_replicable, replicate
+from learn_parallel.replicate import check_on_source_device
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
-# [reduce-add-edge]
 class ReduceAddEdge(Function):
     """Forward: the clones, unchanged. Backward: their gradients summed onto the source.
 
@@ -58,10 +58,6 @@ class ReduceAddEdge(Function):
         return (None, total, *([None] * len(grads)))
 
 
-# [reduce-add-edge]
-
-
-# [clone]
 def clone_to(module: ModuleT, device: Device) -> ModuleT:
     """A deep copy of ``module`` made on ``device``, with no autograd history.
 
@@ -80,10 +76,6 @@ def clone_to(module: ModuleT, device: Device) -> ModuleT:
     return copy.deepcopy(module, memo)
 
 
-# [clone]
-
-
-# [clone-module-by-module]
 def clone_module_by_module(module: ModuleT, device: Device) -> ModuleT:
     """What C++'s ``Cloneable::clone`` does to sharing: each module copies its own tensors.
 
@@ -111,9 +103,6 @@ def clone_module_by_module(module: ModuleT, device: Device) -> ModuleT:
     return copied
 
 
-# [clone-module-by-module]
-
-
 # [clone-replicate]
 def clone_replicate(
     network: ModuleT, devices: Sequence[DeviceLike], detach: bool = False
@@ -127,7 +116,7 @@ def clone_replicate(
     edges.
     """
     devices = [to_device(d) for d in devices]
-    check_replicable(network, devices[0])
+    check_on_source_device(network, devices[0])
     clones = [clone_to(network, device) for device in devices]
     if detach:
         return clones
@@ -162,15 +151,10 @@ def _get(module: nn.Module, place: tuple[str, str, str]) -> torch.Tensor:
 
 # [clone-replicate]
 
-Replicate = Callable[[nn.Module, Sequence[DeviceLike], bool], list]
-STRATEGIES: dict[str, Replicate] = {"broadcast": replicate, "clone": clone_replicate}
 
+class CloneDataParallel(DataParallel):
+    """DataParallel that replicates the libtorch way: `clone_replicate` instead of `Broadcast`."""
 
-def replicate_strategy(name: str) -> Replicate:
-    """The replicate function called ``name`` (``"broadcast"`` or ``"clone"``)."""
-    if name not in STRATEGIES:
-        raise ValueError(
-            f"Unknown replicate strategy {name!r}: use replicate='broadcast' (PyTorch's "
-            f"Python design, the default) or replicate='clone' (libtorch's)."
-        )
-    return STRATEGIES[name]
+    def replicate(self, module: nn.Module, device_ids: Sequence[DeviceLike]) -> list[nn.Module]:
+        # Under torch.no_grad() nothing will be differentiated: skip the edges.
+        return clone_replicate(module, self._devices_for(device_ids), not torch.is_grad_enabled())
