@@ -195,7 +195,8 @@ def scatter_kwargs(
 # --------------------------------------------------------------------------
 
 
-def _join(outputs: Sequence[Any], target: torch.device, dim: int, path: str) -> Any:
+def join_outputs(outputs: Sequence[Any], target: torch.device, dim: int, path: str) -> Any:
+    """Join the replicas' outputs, walking their structures in step; ``path`` names the part."""
     first = outputs[0]
     if isinstance(first, torch.Tensor):
         if not all(isinstance(o, torch.Tensor) for o in outputs):
@@ -238,7 +239,8 @@ def _join(outputs: Sequence[Any], target: torch.device, dim: int, path: str) -> 
     else:
         per_member = zip(*[[value for _, value in nested.members(o)] for o in outputs])
     joined = [
-        _join(list(values), target, dim, path + p) for (p, _), values in zip(members, per_member)
+        join_outputs(list(values), target, dim, path + p)
+        for (p, _), values in zip(members, per_member)
     ]
     return nested.rebuild(first, joined)
 
@@ -247,4 +249,4 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> A
     """Join the replicas' outputs on ``target_device`` (``-1`` or ``"cpu"`` for the host)."""
     if not outputs:
         raise ValueError("gather() needs at least one replica output.")
-    return _join(list(outputs), output_torch_device(target_device), dim, "output")
+    return join_outputs(list(outputs), output_torch_device(target_device), dim, "output")

@@ -19,7 +19,7 @@ from torch import nn
 from learn_parallel import nested
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import Device, DeviceLike, output_torch_device
-from learn_parallel.scatter_gather import _join
+from learn_parallel.scatter_gather import join_outputs
 
 
 def check_on_device(value: Any, device: Device, path: str, fix: str) -> None:
@@ -118,7 +118,7 @@ def _gather_or_keep(
 ) -> Any:
     first = outputs[0]
     if not keep and not _mentions(first, keys):
-        return _join(outputs, target, dim, path)  # nothing kept apart below: plain gather
+        return join_outputs(outputs, target, dim, path)  # nothing kept apart below: plain gather
     members = nested.members(first)
     if members is None:  # a leaf: a tensor, None, or any other value
         return None if all(o is None for o in outputs) else tuple(outputs)
@@ -168,7 +168,7 @@ def _gather_tuples(obj: Any, target: torch.device, dim: int, path: str) -> Any:
     values = [value for _, value in members]
     is_sequence = isinstance(obj, tuple | list) and not nested.is_namedtuple(obj)
     if is_sequence and all(isinstance(v, torch.Tensor) for v in values):
-        return _join(values, target, dim, path)
+        return join_outputs(values, target, dim, path)
     return nested.rebuild(obj, [_gather_tuples(v, target, dim, path + p) for p, v in members])
 
 
