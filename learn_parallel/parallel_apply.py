@@ -1,27 +1,20 @@
 """Run every replica's forward at the same time, one persistent thread per device.
 
 PyTorch's DataParallel starts a fresh Python thread for each replica on every
-step, so every step's threads start without what PyTorch keeps per thread
-(the current device and stream, grad and autocast mode, per-thread caches;
-cuBLAS and cuDNN handles are the exception: a pool hands a finished thread's
-handles to the next one). The pool below keeps exactly one worker thread per
-device for the life of the process and hands it each step's job, so whatever
-is kept per thread is built once and reused
+step, so every step's threads start without what PyTorch keeps per thread (the
+current device and stream, grad and autocast mode, per-thread caches; cuBLAS and
+cuDNN handles are the exception: a pool hands a finished thread's handles to the
+next one). The pool below keeps one worker thread per device for the life of the
+process, so whatever is kept per thread is built once
 (``python -m learn_parallel.lab.persistent_workers`` measures what that saves).
+A worker adopts the *caller's* per-thread settings for each job: grad and
+inference mode, autocast, saved-tensor hooks (``save_on_cpu``), device and stream.
 
-A worker inherits the *caller's* per-thread settings for each job: grad mode,
-inference mode, autocast (enabled and dtype), saved-tensor hooks (such as
-``save_on_cpu``), the current device and stream.
-
-Fork: what this module guarantees is that a forked child (a DataLoader worker,
-say) starts with an empty pool and a fresh lock, even if another thread held
-the lock at the moment of the fork, and starts its own workers when it first
-needs them; a job is never handed to a worker that has been told to stop.
-Torch itself promises less: in a forked child the CPU build of torch can hang
-on the first matrix product if the parent had already used torch's intra-op
-thread pool (with or without this package), and CUDA cannot be used in a child
-forked after the parent initialised it. Where a child must compute, use the
-"spawn" or "forkserver" start method.
+Fork: a forked child (a DataLoader worker, say) starts with an empty pool and a
+fresh lock and starts its own workers when it needs them. Torch promises less:
+the CPU build can hang in a forked child on its first matrix product if the parent
+had used its intra-op pool, and CUDA cannot be used in a child forked after the
+parent initialised it. Where a child must compute, use "spawn" or "forkserver".
 """
 
 from __future__ import annotations
@@ -81,13 +74,8 @@ class CallerState:
         if not device.is_simulated:
             stack.enter_context(torch.cuda.device(device.index))
             stack.enter_context(torch.cuda.stream(self.stream))
-        stack.enter_context(
-            torch.autocast(
-                device.torch_device.type,
-                dtype=self.autocast_dtype,
-                enabled=self.autocast_enabled,
-            )
-        )
+        kind = device.torch_device.type
+        stack.enter_context(torch.autocast(kind, self.autocast_dtype, self.autocast_enabled))
         if self.saved_tensors_hooks is not None:
             # The hooks stack is per thread too: without this, save_on_cpu() around a
             # DataParallel step would keep every replica's activations on its device.
@@ -110,9 +98,8 @@ def _run(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
 def _raise_from_replica(error: BaseException, replica: int, device: Device) -> NoReturn:
     """Raise the replica's own exception again in the caller, saying where it came from.
 
-    The very same object goes up: its type, attributes, ``__cause__`` and the
-    worker's traceback all survive, so ``except MyError`` still catches it.
-    The replica and device are added as a note, which tracebacks print (3.11+).
+    The very same object goes up (type, attributes, ``__cause__``, the worker's
+    traceback), so ``except MyError`` still catches it; a note names the replica.
     """
     note = (
         f"Caught {type(error).__name__} in replica {replica} on device "
@@ -149,9 +136,8 @@ class _Job:
     def execute(self) -> None:
         self.result, self.failure = _run(self.call)
         if self.failure is not None:
-            # The traceback's frames would keep the replica, its inputs and its
-            # activations alive for as long as the exception lives: keep only
-            # the lines of the traceback, not its variables.
+            # The traceback's frames would keep the replica, its inputs and activations
+            # alive as long as the exception: keep its lines, not its variables.
             traceback.clear_frames(self.failure.__traceback__)
         self.call = None  # drop the replica and its inputs as soon as possible
 
@@ -162,12 +148,11 @@ class _Job:
 
 
 class _Worker:
-    """One device's persistent thread, taking one job at a time.
+    """One device's persistent thread, taking one job at a time, and only while idle.
 
-    ``submit`` hands a job over only while the worker is idle and running. A busy
-    worker may be waiting, inside a replica, for the very call that wants it (a
-    helper thread of the replica calling DataParallel), so queueing behind it
-    could wait forever; the caller runs such a job on a thread of its own instead.
+    A busy worker may be waiting, inside a replica, for the very call that wants it
+    (a replica's helper thread calling DataParallel): queueing behind it could wait
+    forever, so the caller runs such a job on a thread of its own instead.
     """
 
     def __init__(self, device: Device) -> None:
@@ -292,8 +277,8 @@ def parallel_apply(
         args = args if isinstance(args, list | tuple) else (args,)
         calls.append(_bind(module, args, kwargs, device, CallerState.capture(device)))
 
-    # One replica, or a nested DataParallel inside a worker: run right here.
-    # (A worker waiting on its own queue would wait forever.)
+    # One replica, or a nested DataParallel inside a worker (which would wait on its
+    # own queue forever): run right here.
     jobs = [_Job(call) for call in calls]
     if len(jobs) == 1 or getattr(_local, "is_worker", False):
         for job in jobs:
@@ -306,8 +291,7 @@ def parallel_apply(
 
     for replica, (job, device) in enumerate(zip(jobs, devices)):
         if job.failure is not None:
-            # Taken out of the jobs first: a frame of the traceback that still
-            # held the exception would keep itself alive in a reference cycle.
+            # Taken out of the jobs first: a traceback frame holding it would be a cycle.
             _raise_from_replica(_take_failure(jobs, replica), replica, device)
     return [job.result for job in jobs]
 
