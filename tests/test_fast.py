@@ -17,9 +17,9 @@ from _training import TOL, assert_same
 from torch import nn
 
 import learn_parallel as lp
+from experiments import ladder
 from learn_parallel.devices import resolve_device_ids
 from learn_parallel.fast import FastDataParallel
-from learn_parallel.lab import ladder
 
 RUNGS = {
     "kept_replicas": {"overlap_reduce": False},

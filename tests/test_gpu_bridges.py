@@ -16,6 +16,7 @@ from _training import assert_same
 from torch import nn
 
 import learn_parallel as lp
+from experiments import ladder as record_ladder
 from learn_parallel.fast import FastDataParallel
 from learn_parallel.lab import ladder
 
@@ -185,7 +186,7 @@ def test_clone_double_backward_on_gpus():
 
 
 def test_ladder_quick_run_on_gpus(tmp_path):
-    assert ladder.main(["--out", str(tmp_path), "--quick", "--no-ddp", "--steps", "3"]) == 0
+    assert record_ladder.main(["--out", str(tmp_path), "--quick", "--no-ddp", "--steps", "3"]) == 0
     report = json.loads((tmp_path / "ladder.json").read_text())
     failed = [(r["rung"], r["workload"], r["note"]) for r in report["rows"] if r["status"] != "ok"]
     assert not failed, failed

@@ -36,7 +36,7 @@ from learn_parallel.devices import (
     device_type,
     resolve_device_ids,
 )
-from learn_parallel.lab.bench_ddp import share
+from learn_parallel.lab.processes import NCCL_ENV, share
 from learn_parallel.lab.timing import Recorder, describe_hardware, phase, step_times_ms
 from learn_parallel.lab.trace import chrome_trace
 from learn_parallel.lab.workloads import (
@@ -49,12 +49,6 @@ from learn_parallel.lab.workloads import (
 )
 
 IMPLEMENTATIONS = ("single", "learn_parallel", "torch_dp", "ddp")
-# NVLink SHARP / multicast is off on the lent GPU machines; NCCL must not try it.
-NCCL_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
 TORCH_DP_ON_CPU = (
     "not applicable on simulated devices: without GPUs torch.nn.DataParallel "
     "just calls the module once on the CPU"

@@ -1,4 +1,10 @@
-"""``python -m learn_parallel.lab.host_time``: how long the Python thread spends in one forward.
+"""How long the Python thread spends in one DataParallel forward (host time).
+
+    python -m experiments.host_time [--json]
+
+Feeds the devices chapter's note on resolving device ids once per forward:
+``book/data/record_gpu_runs.sh`` (part ``host_time``) prints the JSON to
+``host_time/{after,before}-N.json`` (``BEFORE=DIR`` times an older checkout too).
 
 On GPUs, ``DataParallel.forward`` returns once its copies and kernels are
 queued, so the time the calling thread spends inside it is the wrapper's own
@@ -97,7 +103,7 @@ def measure(workload: Workload, warmup: int = 3, repeats: int = 20) -> dict[str,
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m learn_parallel.lab.host_time",
+        prog="python -m experiments.host_time",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

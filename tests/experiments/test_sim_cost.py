@@ -1,7 +1,7 @@
-"""The lab's sim_cost benchmark runs its variants side by side and leaves dispatch as it was."""
+"""The sim_cost experiment runs its variants side by side and leaves dispatch as it was."""
 
+from experiments import sim_cost
 from learn_parallel import simulated
-from learn_parallel.lab import sim_cost
 
 
 def test_sim_cost_measures_four_variants_and_restores_the_dispatch():
