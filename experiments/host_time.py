@@ -24,43 +24,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import learn_parallel
+from experiments.counting import counting
 from learn_parallel import devices as device_module
 from learn_parallel.lab.timing import describe_hardware
 from learn_parallel.lab.workloads import CONV_MODELS, Workload, build_model, make_batch
-
-
-@contextmanager
-def counting(name: str = "to_device") -> Iterator[list[int]]:
-    """Count calls of ``learn_parallel.devices.<name>`` from every loaded package module.
-
-    Modules import the function by name, so each module's reference is swapped.
-    """
-    original = getattr(device_module, name)
-    calls = [0]
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        return original(*args, **kwargs)
-
-    patched = [
-        module
-        for module_name, module in list(sys.modules.items())
-        if module_name.startswith("learn_parallel") and getattr(module, name, None) is original
-    ]
-    for module in patched:
-        setattr(module, name, counted)
-    try:
-        yield calls
-    finally:
-        for module in patched:
-            setattr(module, name, original)
 
 
 def host_times_ms(

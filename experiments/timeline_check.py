@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from learn_parallel import DataParallel
-from learn_parallel.devices import Device, device_count, device_type
+from learn_parallel.devices import Device
 from learn_parallel.lab import records
 from learn_parallel.lab.bench import train_step
 from learn_parallel.lab.timing import Recorder, describe_hardware, step_spans, step_times_ms
@@ -115,13 +115,13 @@ def _print_spans(name: str, data: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = records.driver_parser("experiments.timeline_check", __doc__, "timeline_check.json")
-    parser.add_argument("--devices", type=int, default=2, help="how many devices (default 2)")
+    parser = records.driver_parser(
+        "experiments.timeline_check", __doc__, "timeline_check.json", devices=2
+    )
     parser.add_argument("--steps", type=int, default=5, help="recorded steps per timeline")
     parser.add_argument("--workloads", default="mlp,resnet18", help="comma-separated")
     args = parser.parse_args(argv)
-    count = min(args.devices, device_count())
-    devices = [Device(device_type(), i) for i in range(count)]
+    devices = records.first_devices(args.devices)
     table = workloads_for(devices)
     report: dict[str, Any] = {
         "hardware": describe_hardware(devices).__dict__,

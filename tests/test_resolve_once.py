@@ -1,10 +1,10 @@
 """Devices are resolved once, in __init__; a step walks the module's parameters once."""
 
 import torch
-from _training import counting
 from torch import nn
 
 import learn_parallel as lp
+from experiments.counting import counting
 
 
 class CountingSequential(nn.Sequential):

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from learn_parallel.lab.timing import Recorder, describe_hardware, phase, step_t
 from learn_parallel.lab.trace import chrome_trace
 from learn_parallel.lab.workloads import (
     CONV_MODELS,
+    SIZES,
     Workload,
     build_model,
     loss_function,
@@ -275,7 +276,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     if "single" in implementations and 1 not in devices:
         notes.append("single is always measured on one device")
     return Settings(
-        workloads=_workloads(args, pick),
+        workloads=_workloads(args),
         devices=devices,
         implementations=implementations,
         cudnn_modes={"off": [False], "on": [True], "both": [False, True]}[mode],
@@ -314,27 +315,19 @@ def _device_counts(args: argparse.Namespace, notes: list[str]) -> list[int]:
     return devices
 
 
-def _workloads(args: argparse.Namespace, pick: Callable[..., Any]) -> list[Workload]:
-    workloads = []
-    if "mlp" in args.workloads:
-        workloads.append(
-            Workload(
-                "mlp",
-                batch=pick(args.mlp_batch, 4096, 512, 64),
-                width=pick(args.mlp_width, 2048, 512, 128),
-                layers=args.mlp_layers,
-            )
-        )
-    if "conv" in args.workloads:
-        workloads.append(
-            Workload(
-                "conv",
-                batch=pick(args.conv_batch, 512, 32, 16),
-                image_size=pick(args.image_size, 128, 32, 16),
-                model=pick(args.conv_model, "auto", "auto", "small_cnn"),
-            ).resolved()
-        )
-    return workloads
+def _workloads(args: argparse.Namespace) -> list[Workload]:
+    """The workloads asked for, at the size of this run (`workloads.SIZES`) unless given."""
+    size = "quick" if args.quick else "gpu" if on_gpus() else "cpu"
+    given = {
+        "mlp": {"batch": args.mlp_batch, "width": args.mlp_width, "layers": args.mlp_layers},
+        "conv": {"batch": args.conv_batch, "image_size": args.image_size, "model": args.conv_model},
+    }
+    chosen = [
+        replace(SIZES[size][kind], **{k: v for k, v in given[kind].items() if v is not None})
+        for kind in ("mlp", "conv")
+        if kind in args.workloads
+    ]
+    return [w.resolved() if w.kind == "conv" else w for w in chosen]
 
 
 @dataclass(frozen=True)

@@ -117,13 +117,10 @@ def loss_function(workload: Workload, output: torch.Tensor, target: torch.Tensor
 # the chapters' live cells).
 SIZES = {
     "gpu": {"mlp": Workload("mlp", 4096), "conv": Workload("conv", 512)},
-    "cpu": {
-        "mlp": Workload("mlp", 512, width=512),
-        "conv": Workload("conv", 32, image_size=32, model="small_cnn", classes=10),
-    },
+    "cpu": {"mlp": Workload("mlp", 512, width=512), "conv": Workload("conv", 32, image_size=32)},
     "quick": {
         "mlp": Workload("mlp", 64, width=128),
-        "conv": Workload("conv", 16, image_size=16, model="small_cnn", classes=10),
+        "conv": Workload("conv", 16, image_size=16, model="small_cnn"),
     },
 }
 
