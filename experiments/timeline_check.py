@@ -31,10 +31,9 @@ import torch
 
 from learn_parallel import DataParallel
 from learn_parallel.devices import Device
-from learn_parallel.lab import records
-from learn_parallel.lab.bench import train_step
+from learn_parallel.lab import bench, records
 from learn_parallel.lab.timing import Recorder, describe_hardware, step_spans, step_times_ms
-from learn_parallel.lab.workloads import Workload, build_model, make_batch, standard_workloads
+from learn_parallel.lab.workloads import Workload, standard_workloads
 
 
 def workloads_for(devices: Sequence[Device]) -> dict[str, Workload]:
@@ -45,15 +44,7 @@ def workloads_for(devices: Sequence[Device]) -> dict[str, Workload]:
 
 def make_step(workload: Workload, devices: Sequence[Device]):
     """One DataParallel training step of ``workload``, with its phases marked."""
-    source = devices[0].torch_device
-    model = build_model(workload).to(source)
-    dp = DataParallel(model, device_ids=[d.index for d in devices])
-    optimizer = torch.optim.SGD(dp.parameters(), lr=0.01)
-    x, y = make_batch(workload, workload.batch, source)
-
-    def step() -> None:
-        train_step(dp, x, y, workload, optimizer)
-
+    step, dp, _ = bench.make_step(workload, devices, DataParallel)
     return step, dp.devices
 
 

@@ -28,10 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import (
     SIMULATED_DEVICES_ENV,
+    Device,
     device_count,
     device_type,
     resolve_device_ids,
@@ -378,6 +380,35 @@ def train_step(
         optimizer.zero_grad(set_to_none=True)
 
 
+def make_step(
+    workload: Workload,
+    devices: Sequence[Device],
+    wrap: Callable[[nn.Module, list[int]], Any],
+    lr: float = 0.01,
+    seed: int = 0,
+) -> tuple[Callable[[], None], Any, nn.Module]:
+    """One training step of ``workload``: its model on the first device, wrapped by
+    ``wrap(model, device_ids)``, and a batch there; returns (step, wrapper, model)."""
+    source = devices[0].torch_device
+    model = build_model(workload, seed).to(source)
+    forward = wrap(model, [d.index for d in devices])
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    x, y = make_batch(workload, workload.batch, source, seed)
+
+    def step() -> None:
+        train_step(forward, x, y, workload, optimizer)
+
+    return step, forward, model
+
+
+def record_timeline(step: Callable[[], Any], devices: Sequence[Device], steps: int) -> dict:
+    """``steps`` more calls of ``step`` recorded per device (`Recorder`), as JSON-ready data."""
+    with Recorder(devices=devices) as recorder:
+        for _ in recorder.steps(steps):
+            step()
+    return recorder.timeline().to_dict()
+
+
 def measure_in_process(
     implementation: str,
     group: Group,
@@ -426,38 +457,26 @@ def _train_and_time(
     trace: Path | None = None,
 ) -> tuple[list[float], dict[str, Any] | None, int]:
     devices = resolve_device_ids(list(range(count)))
-    source = devices[0].torch_device
-    model = build_model(workload, settings.seed).to(source)
-    ids = [d.index for d in devices]
-    forward: Callable[[torch.Tensor], torch.Tensor]
-    if implementation == "learn_parallel":
-        forward = dp = DataParallel(model, device_ids=ids)
-        recorded_on = dp.devices
-    elif implementation == "torch_dp":
-        forward = torch.nn.DataParallel(model, device_ids=ids)
-        recorded_on = None  # torch's DataParallel has no phase marks
-    else:
-        # The one-device baseline marks its own forward, so its timeline has one too.
-        device = devices[0]
-        recorded_on = [device]
+    recorded_on: Sequence[Device] | None = devices[:1]
 
+    def one_device(model: nn.Module, ids: list[int]) -> Callable[[torch.Tensor], torch.Tensor]:
+        # The one-device baseline marks its own forward, so its timeline has one too.
         def forward(x: torch.Tensor) -> torch.Tensor:
-            with phase("forward", device):
+            with phase("forward", devices[0]):
                 return model(x)
 
-    optimizer = torch.optim.SGD(model.parameters(), lr=settings.lr)
-    x, y = make_batch(workload, workload.batch, source, settings.seed)
+        return forward
 
-    def step() -> None:
-        train_step(forward, x, y, workload, optimizer)
-
+    wrap: Callable[[nn.Module, list[int]], Any] = one_device
+    if implementation == "learn_parallel":
+        wrap, recorded_on = DataParallel, devices
+    elif implementation == "torch_dp":
+        wrap, recorded_on = torch.nn.DataParallel, None  # torch's marks no phases
+    step, _, model = make_step(workload, devices, wrap, settings.lr, settings.seed)
     times = step_times_ms(step, devices, settings.warmup, settings.steps)
     timeline = None
     if recorded_on is not None and settings.timeline_steps > 0:
-        with Recorder(devices=recorded_on) as recorder:
-            for _ in recorder.steps(settings.timeline_steps):
-                step()
-        timeline = recorder.timeline().to_dict()
+        timeline = record_timeline(step, recorded_on, settings.timeline_steps)
     if trace is not None:
         with chrome_trace(trace):
             for _ in range(2):

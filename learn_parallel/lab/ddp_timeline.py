@@ -35,15 +35,14 @@ import torch.distributed as dist
 
 from learn_parallel import phases
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import device_count
+from learn_parallel.devices import device_count, resolve_device_ids
 from learn_parallel.distributed import DEFAULT_BUCKET_CAP_MB, DistributedDataParallel
 from learn_parallel.lab import spread
-from learn_parallel.lab.bench import train_step
+from learn_parallel.lab.bench import make_step, record_timeline, train_step
 from learn_parallel.lab.processes import NCCL_ENV, rank_device, rank_step_times, run_ranks, share
 from learn_parallel.lab.timing import (
     Hardware,
     PhaseRecord,
-    Recorder,
     Timeline,
     phase,
     step_times_ms,
@@ -193,20 +192,12 @@ def bench_worker(rank: int, world: int, config: dict[str, Any]) -> dict[str, Any
 def dp_run(workload: Workload, world: int, config: dict[str, Any]) -> dict[str, Any]:
     """learn_parallel.DataParallel on ``world`` devices in this process: times and a timeline."""
     torch.backends.cudnn.benchmark = False
-    dp = DataParallel(build_model(workload, config["seed"]).to(_source()), list(range(world)))
-    opt = torch.optim.SGD(dp.parameters(), lr=config["lr"])
-    x, y = make_batch(workload, workload.batch, _source(), seed=config["seed"])
-
-    def step() -> None:
-        train_step(dp, x, y, workload, opt)
-
-    times = step_times_ms(step, dp.devices, config["warmup"], config["steps"])
+    devices = resolve_device_ids(list(range(world)))
+    step, _, _ = make_step(workload, devices, DataParallel, config["lr"], config["seed"])
+    times = step_times_ms(step, devices, config["warmup"], config["steps"])
     result: dict[str, Any] = {"step_ms_all": times, "step_ms": statistics.median(times)}
     if config["timeline_steps"] > 0:
-        with Recorder(devices=dp.devices) as recorder:
-            for _ in recorder.steps(config["timeline_steps"]):
-                train_step(dp, x, y, workload, opt)
-        result["timeline"] = recorder.timeline().to_dict()
+        result["timeline"] = record_timeline(step, devices, config["timeline_steps"])
     return result
 
 
@@ -217,12 +208,6 @@ def choose_backend(world: int) -> tuple[str, str]:
         return "nccl", f"{world} ranks on {world} GPUs, talking through NCCL."
     where = f"{gpus} GPU" + ("" if gpus == 1 else "s")
     return "gloo", f"{world} ranks as CPU processes, talking through gloo ({where} here)."
-
-
-def _source() -> torch.device:
-    from learn_parallel.devices import Device, device_type
-
-    return Device(device_type(), 0).torch_device  # cuda:0, or sim:0 without GPUs
 
 
 # [compare]

@@ -39,9 +39,9 @@ from learn_parallel.devices import (
 )
 from learn_parallel.fast import FastDataParallel
 from learn_parallel.lab import records
-from learn_parallel.lab.bench import Group, Settings, run_ddp, train_step
-from learn_parallel.lab.timing import Recorder, describe_hardware, step_times_ms
-from learn_parallel.lab.workloads import Workload, build_model, make_batch, standard_workloads
+from learn_parallel.lab.bench import Group, Settings, make_step, record_timeline, run_ddp
+from learn_parallel.lab.timing import describe_hardware, step_times_ms
+from learn_parallel.lab.workloads import Workload, build_model, standard_workloads
 
 SCHEMA = "learn_parallel.lab.ladder/1"
 
@@ -125,23 +125,12 @@ def measure_rung(
         return row
     try:
         devices = resolve_device_ids(list(range(count)))
-        source = devices[0].torch_device
-        model = build_model(workload).to(source)
-        forward = rung.build(model, [d.index for d in devices])
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        x, y = make_batch(workload, workload.batch, source)
-
-        def step() -> None:
-            train_step(forward, x, y, workload, optimizer)
-
+        step, forward, _ = make_step(workload, devices, rung.build)
         times = step_times_ms(step, devices, warmup, steps)
         row.update(step_ms=statistics.median(times), step_ms_all=times)
         marked = getattr(forward, "devices", None)  # torch's DataParallel marks no phases
         if marked is not None and timeline_steps > 0:
-            with Recorder(devices=marked) as recorder:
-                for _ in recorder.steps(timeline_steps):
-                    step()
-            row["timeline"] = recorder.timeline().to_dict()
+            row["timeline"] = record_timeline(step, marked, timeline_steps)
     except Exception as error:  # noqa: BLE001 - one failing rung is a row, not a lost run
         row.update(status="failed", note=f"{type(error).__name__}: {error}"[:600])
     finally:
