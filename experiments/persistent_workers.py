@@ -74,7 +74,7 @@ def workloads_for(devices: Sequence[Device]) -> dict[str, Workload]:
     return {"resnet18": table["conv"], "mlp": table["mlp"]}
 
 
-def make_step(workload: Workload, devices: Sequence[Device], runner: Callable, seed: int = 0):
+def runner_step(workload: Workload, devices: Sequence[Device], runner: Callable, seed: int = 0):
     """One training step whose replica forwards go through ``runner``; returns (step, timings)."""
     ids = [d.index for d in devices]
     source = devices[0].torch_device
@@ -99,7 +99,7 @@ def make_step(workload: Workload, devices: Sequence[Device], runner: Callable, s
 def time_runner(
     workload: Workload, devices: Sequence[Device], runner: Callable, warmup: int, steps: int
 ) -> dict[str, Any]:
-    step, forward_ms = make_step(workload, devices, runner)
+    step, forward_ms = runner_step(workload, devices, runner)
     times = step_times_ms(step, devices, warmup, steps)
     timed_forwards = forward_ms[warmup:]
     return {
@@ -190,7 +190,7 @@ def profile_steps(workload: Workload, devices: Sequence[Device], out: Path) -> d
         persistent = PersistentThreads(len(devices))
         try:
             for name, runner in (("fresh threads", run_fresh_threads), ("persistent", persistent)):
-                step, _ = make_step(workload, devices, runner)
+                step, _ = runner_step(workload, devices, runner)
                 step()
                 step()  # warm: the process's caches, the allocator, persistent threads
                 synchronize(devices)

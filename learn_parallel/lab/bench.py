@@ -12,7 +12,6 @@ and the DDP processes' logs.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import os
@@ -38,6 +37,7 @@ from learn_parallel.devices import (
     device_type,
     resolve_device_ids,
 )
+from learn_parallel.lab import records
 from learn_parallel.lab.processes import NCCL_ENV, share
 from learn_parallel.lab.timing import Recorder, describe_hardware, phase, step_times_ms
 from learn_parallel.lab.trace import chrome_trace
@@ -709,11 +709,9 @@ def _git_commit() -> dict[str, Any] | None:
 def _metadata(settings: Settings, command_line: str, seconds: float) -> dict[str, Any]:
     hardware = describe_hardware()
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": command_line,
+        **records.run_metadata(command_line),
         "git": _git_commit(),
         "hardware": hardware.to_dict(),
-        "torch_version": torch.__version__,
         "cudnn_version": torch.backends.cudnn.version() if on_gpus() else None,
         "settings": {
             "devices": settings.devices,

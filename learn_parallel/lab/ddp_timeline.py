@@ -19,7 +19,6 @@ the CPU every mark is the host clock, which all processes of one machine share.
 
 from __future__ import annotations
 
-import datetime
 import gc
 import os
 import statistics
@@ -37,7 +36,7 @@ from learn_parallel import phases
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import device_count, resolve_device_ids
 from learn_parallel.distributed import DEFAULT_BUCKET_CAP_MB, DistributedDataParallel
-from learn_parallel.lab import spread
+from learn_parallel.lab import records, spread
 from learn_parallel.lab.bench import make_step, record_timeline, train_step
 from learn_parallel.lab.processes import NCCL_ENV, rank_device, rank_step_times, run_ranks, share
 from learn_parallel.lab.timing import (
@@ -245,7 +244,7 @@ def compare(
     )
     report: dict[str, Any] = {
         "schema": SCHEMA,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **records.run_metadata(""),  # the driver fills in its command line
         "backend": backend,
         "world": world,
         "hardware": asdict(hardware),
@@ -269,11 +268,11 @@ def compare(
                     r["workloads"][key][impl]["peak_memory_mb"] for r in ranks
                 ]
         if timeline_steps > 0:
-            records = [rec for r in ranks for rec in r["workloads"][key]["timeline"]]
+            marks = [rec for r in ranks for rec in r["workloads"][key]["timeline"]]
             clock = "cuda-event" if on_gpus else "host"
-            rows = sorted({rec["device"] for rec in records})
+            rows = sorted({rec["device"] for rec in marks})
             entry["ddp_timeline"] = {
-                "hardware": asdict(hardware), "records": records,
+                "hardware": asdict(hardware), "records": marks,
                 "clocks": dict.fromkeys(rows, clock),
             }  # fmt: skip
         if with_dp and device_count() < world:
@@ -317,16 +316,16 @@ def plot_ranks(timeline: Timeline, step: int | None = None, title: str = "", ax:
 
     colors = {**PHASE_COLORS, "all-reduce": "#E17C05", "unflatten": "#7F7F7F"}
     step = timeline.steps()[-1] if step is None else step
-    records = [r for r in timeline.records if r.step == step and r.phase != "step"]
-    if not records:
+    shown = [r for r in timeline.records if r.step == step and r.phase != "step"]
+    if not shown:
         raise ValueError(f"No records for step {step}; recorded steps: {timeline.steps()}.")
-    origin = min(r.start_ms for r in records)
-    ranks = sorted({r.device for r in records}, key=lambda row: int(row.split(":")[1]))
+    origin = min(r.start_ms for r in shown)
+    ranks = sorted({r.device for r in shown}, key=lambda row: int(row.split(":")[1]))
     lanes = [(rank, lane) for rank in ranks for lane in ("compute", "all-reduce")]
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * len(lanes)), layout="constrained")
     for y, (rank, lane) in enumerate(lanes):
-        for r in records:
+        for r in shown:
             comm = r.phase.startswith("all-reduce")
             if r.device != rank or comm != (lane == "all-reduce"):
                 continue
@@ -339,13 +338,13 @@ def plot_ranks(timeline: Timeline, step: int | None = None, title: str = "", ax:
     ax.invert_yaxis()
     ax.set_xlabel("time since the step began (ms)")
     ax.grid(axis="x", alpha=0.3)
-    shown = []
-    for r in records:
+    kinds = []
+    for r in shown:
         kind = "all-reduce" if r.phase.startswith("all-reduce") else r.phase
-        if kind not in shown:
-            shown.append(kind)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colors.get(k)) for k in shown]
-    ax.legend(handles, shown, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+        if kind not in kinds:
+            kinds.append(kind)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors.get(k)) for k in kinds]
+    ax.legend(handles, kinds, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     clock = (
         "CUDA events (all-reduce: on DDP's communication stream)"
         if timeline.hardware.device_type == "cuda"
