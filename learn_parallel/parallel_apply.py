@@ -7,7 +7,7 @@ cuBLAS and cuDNN handles are the exception: a pool hands a finished thread's
 handles to the next one). The pool below keeps exactly one worker thread per
 device for the life of the process and hands it each step's job, so whatever
 is kept per thread is built once and reused
-(``python -m learn_parallel.lab.persistent_workers`` measures what that saves).
+(``python -m experiments.persistent_workers`` measures what that saves).
 
 A worker inherits the *caller's* per-thread settings for each job: grad mode,
 inference mode, autocast (enabled and dtype), saved-tensor hooks (such as
