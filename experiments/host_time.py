@@ -2,8 +2,9 @@
 
     python -m experiments.host_time [--json]
 
-Feeds the devices chapter's note on resolving device ids once per forward:
-``book/data/record_gpu_runs.sh`` (part ``host_time``) prints the JSON to
+No chapter plots it: it is the evidence that devices are resolved once per wrapper
+(``book/data/README.md``; ``tests/test_resolve_once.py`` checks the same on simulated
+devices). ``book/data/record_gpu_runs.sh`` (part ``host_time``) writes its JSON to
 ``host_time/{after,before}-N.json`` (``BEFORE=DIR`` times an older checkout too).
 
 On GPUs, ``DataParallel.forward`` returns once its copies and kernels are
