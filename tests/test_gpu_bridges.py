@@ -10,6 +10,7 @@ import json
 import signal
 import threading
 
+import _training
 import pytest
 import torch
 from _training import assert_same
@@ -79,17 +80,14 @@ def batches(n=8, steps=3):
 
 
 def train(model, forward):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    record = []
-    for x, y in batches():
-        optimizer.zero_grad(set_to_none=True)
+    def run(batch):
+        x, y = batch
         out = forward(x.to("cuda:0"))
-        loss = nn.functional.cross_entropy(out, y.to("cuda:0"))
-        loss.backward()
-        record.append((out.detach().cpu(), [p.grad.cpu() for p in model.parameters()]))
-        optimizer.step()
+        return out, nn.functional.cross_entropy(out, y.to("cuda:0"))
+
+    result = _training.train(model, run, batches(), lr=0.05)
     torch.cuda.synchronize()
-    return record, [p.detach().cpu() for p in model.parameters()]
+    return result
 
 
 def single_device():
