@@ -6,7 +6,7 @@ current device and stream, grad and autocast mode, per-thread caches; cuBLAS and
 cuDNN handles are the exception: a pool hands a finished thread's handles to the
 next one). The pool below keeps one worker thread per device for the life of the
 process, so whatever is kept per thread is built once
-(``python -m learn_parallel.lab.persistent_workers`` measures what that saves).
+(``python -m experiments.persistent_workers`` measures what that saves).
 A worker adopts the *caller's* per-thread settings for each job: grad and
 inference mode, autocast, saved-tensor hooks (``save_on_cpu``), device and stream.
 

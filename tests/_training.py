@@ -1,4 +1,5 @@
-"""What every equivalence test compares: two training runs, tensor by tensor, in float64."""
+"""What every equivalence test does: train (SGD with momentum) and compare two runs tensor
+by tensor, in float64."""
 
 from __future__ import annotations
 
@@ -23,3 +24,29 @@ def assert_same(a, b, tol: dict[str, float] = TOL) -> None:
         assert len(a) == len(b)
         for x, y in zip(a, b):
             assert_same(x, y, tol)
+
+
+def train(model, run, batches, lr: float = 0.1) -> tuple[list, list[torch.Tensor]]:
+    """SGD with momentum 0.9 over ``batches``; ``run(batch)`` is one forward: (output, loss).
+
+    Returns what `assert_same` compares: per step the output and the parameters'
+    gradients, then the final parameters (all copies).
+    """
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    history = []
+    for batch in batches:
+        optimizer.zero_grad(set_to_none=True)
+        output, loss = run(batch)
+        loss.backward()
+        history.append((_copy(output), [p.grad.clone() for p in model.parameters()]))
+        optimizer.step()
+    return history, [p.detach().clone() for p in model.parameters()]
+
+
+def _copy(obj):
+    """A detached copy of a tensor, or of every tensor in a nested dict, list or tuple."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {key: _copy(value) for key, value in obj.items()}
+    return [_copy(value) for value in obj]

@@ -7,6 +7,7 @@ rtol=1e-10, atol=1e-12 on outputs, gradients and parameters after each step.
 
 import copy
 
+import _training
 import pytest
 import torch
 from _training import TOL, assert_same
@@ -49,24 +50,13 @@ def loss_of(output):
     return output["out"].pow(2).mean() + output["parts"][0].abs().mean() + output["parts"][1].mean()
 
 
-def snapshot(obj):
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().clone()
-    if isinstance(obj, dict):
-        return {key: snapshot(value) for key, value in obj.items()}
-    return [snapshot(value) for value in obj]
-
-
 def train(model, forward, batches):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    history = []
-    for args, kwargs in batches:
-        optimizer.zero_grad()
+    def run(batch):
+        args, kwargs = batch
         output = forward(*args, **kwargs)
-        loss_of(output).backward()
-        history.append((snapshot(output), [p.grad.clone() for p in model.parameters()]))
-        optimizer.step()
-    return history, [p.detach().clone() for p in model.parameters()]
+        return output, loss_of(output)
+
+    return _training.train(model, run, batches)
 
 
 @pytest.mark.parametrize("devices", [1, 2, 3, 4])

@@ -10,12 +10,14 @@ import json
 import signal
 import threading
 
+import _training
 import pytest
 import torch
 from _training import assert_same
 from torch import nn
 
 import learn_parallel as lp
+from experiments import ladder as record_ladder
 from learn_parallel.lab import ladder
 from learn_parallel.variants.fast import FastDataParallel
 
@@ -78,17 +80,14 @@ def batches(n=8, steps=3):
 
 
 def train(model, forward):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    record = []
-    for x, y in batches():
-        optimizer.zero_grad(set_to_none=True)
+    def run(batch):
+        x, y = batch
         out = forward(x.to("cuda:0"))
-        loss = nn.functional.cross_entropy(out, y.to("cuda:0"))
-        loss.backward()
-        record.append((out.detach().cpu(), [p.grad.cpu() for p in model.parameters()]))
-        optimizer.step()
+        return out, nn.functional.cross_entropy(out, y.to("cuda:0"))
+
+    result = _training.train(model, run, batches(), lr=0.05)
     torch.cuda.synchronize()
-    return record, [p.detach().cpu() for p in model.parameters()]
+    return result
 
 
 def single_device():
@@ -185,7 +184,7 @@ def test_clone_double_backward_on_gpus():
 
 
 def test_ladder_quick_run_on_gpus(tmp_path):
-    assert ladder.main(["--out", str(tmp_path), "--quick", "--no-ddp", "--steps", "3"]) == 0
+    assert record_ladder.main(["--out", str(tmp_path), "--quick", "--no-ddp", "--steps", "3"]) == 0
     report = json.loads((tmp_path / "ladder.json").read_text())
     failed = [(r["rung"], r["workload"], r["note"]) for r in report["rows"] if r["status"] != "ok"]
     assert not failed, failed

@@ -14,8 +14,8 @@ import statistics
 import pytest
 import torch
 
+from experiments.timeline_check import clock_alignment, make_step, workloads_for
 from learn_parallel.devices import Device
-from learn_parallel.lab.timeline_check import WORKLOADS, clock_alignment, make_step
 from learn_parallel.lab.timing import HOST, Recorder, step_spans, step_times_ms
 
 pytestmark = pytest.mark.gpu
@@ -36,7 +36,7 @@ def _workloads():
 @pytest.fixture(params=_workloads())
 def recorded(request):
     torch.backends.cudnn.benchmark = False
-    step, devs = make_step(WORKLOADS[request.param], DEVICES)
+    step, devs = make_step(workloads_for(DEVICES)[request.param], DEVICES)
     measured = statistics.median(step_times_ms(step, devs, warmup=3, steps=9))
     with Recorder(devices=devs) as recorder:
         for _ in recorder.steps(6):

@@ -89,9 +89,9 @@ def test_the_ladder_plot_labels_every_bar_and_names_its_reference():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from learn_parallel.lab import bridges
+    from learn_parallel.lab import bridges, records
 
-    recorded = bridges.load_recorded_json("ladder.json", "h200-x2")
+    recorded = records.load_json("ladder.json", "h200-x2")
     kind = next(iter(recorded["workloads"]))
     live = {**recorded, "rows": [r for r in recorded["rows"] if r["rung"] != "ddp"]}
     for report, reference in ((recorded, "DDP's (green bar, dashed line)"), (live, "no DDP")):

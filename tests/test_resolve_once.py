@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 import learn_parallel as lp
-from learn_parallel.lab.host_time import counting
+from experiments.counting import counting
 
 
 class CountingSequential(nn.Sequential):

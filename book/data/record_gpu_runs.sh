@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Records every GPU result the book shows, in one run on a multi-GPU machine:
 #   bash book/data/record_gpu_runs.sh OUTDIR [DEVICES]      e.g. OUTDIR 1,2,4
-# GPU tests, each chapter's per-device measurement (learn_parallel.lab.measure, run twice:
+# GPU tests, each chapter's per-device measurement (experiments/measure.py, run twice:
 # chapters.json and chapters-repeat.json), the chain benchmark (scattered vs
 # gather-then-rescatter) and the main benchmark (learn_parallel vs torch.nn.DataParallel vs
 # DDP), and with PARTS including "notebooks", every chapter executed on the GPUs (needs
@@ -13,6 +13,7 @@
 # process vs DDP, rung by rung), the last four on 2 GPUs. Each part keeps going if another
 # fails.
 #
+# Run it from the repository root: the drivers are python -m experiments.<name> (experiments/).
 # OUTDIR/<machine>/ (machine e.g. h200-x4, or $MACHINE) comes out in the layout of
 # learn_parallel/lab/recorded/<machine>/, the package data the chapters read: copy that
 # folder there. The benchmark's plots and the executed notebooks go to
@@ -38,13 +39,13 @@ if [[ $parts == *" tests "* ]]; then
   timeout 120 python -m pytest -q -p no:cacheprovider tests/test_readme.py 2>&1 | tee -a "$rec/gpu-tests.log" | tail -3
 fi
 if [[ $parts == *" measure "* ]]; then
-  timeout 300 python -m learn_parallel.lab.measure --out "$rec" 2>&1 | tee "$extras/measure.log" | tail -15
+  timeout 300 python -m experiments.measure --out "$rec" 2>&1 | tee "$extras/measure.log" | tail -15
   # A second run right after the first: how much host-side timings move between runs.
-  timeout 300 python -m learn_parallel.lab.measure --out "$extras/repeat" 2>&1 | tail -3 \
+  timeout 300 python -m experiments.measure --out "$extras/repeat" 2>&1 | tail -3 \
     && mv "$extras/repeat/chapters.json" "$rec/chapters-repeat.json"
 fi
 if [[ $parts == *" chain "* ]]; then
-  timeout 240 python -m learn_parallel.lab.chain_bench --out "$extras/chain" 2>&1 | tee "$rec/chain.log" | tail -15
+  timeout 240 python -m experiments.chain_bench --out "$extras/chain" 2>&1 | tee "$rec/chain.log" | tail -15
   cp "$extras/chain/chain_bench.json" "$rec/" 2>/dev/null
 fi
 if [[ $parts == *" bench "* ]]; then
@@ -54,20 +55,20 @@ if [[ $parts == *" bench "* ]]; then
 fi
 if [[ $parts == *" workers "* ]]; then
   # Why persistent workers win: fresh vs persistent threads, cudnn.benchmark off/on, a profile.
-  timeout 200 python -m learn_parallel.lab.persistent_workers --out "$work/workers" --devices 2 \
+  timeout 200 python -m experiments.persistent_workers --out "$work/workers" --devices 2 \
     2>&1 | grep -v '^USDT' | tee "$work/workers.log" | tail -40
 fi
 if [[ $parts == *" timeline "* ]]; then
   # Recorded step spans vs measured step times, with and without syncs between recorded
   # steps, and the event/host clock alignment; then the GPU test that checks them.
-  timeout 150 python -m learn_parallel.lab.timeline_check --out "$work/timeline" --devices 2 \
+  timeout 150 python -m experiments.timeline_check --out "$work/timeline" --devices 2 \
     2>&1 | tee "$work/timeline.log" | tail -40
   timeout 150 python -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_timeline.py 2>&1 \
     | tee "$work/timeline-tests.log" | tail -15
 fi
 if [[ $parts == *" gatherprobe "* ]]; then
   # The real torch.nn.parallel.gather on strings, ints, a dataclass, a (str, tensor) tuple.
-  timeout 60 python -m learn_parallel.lab.gather_probe --out "$work/gather_probe" 2>&1 \
+  timeout 60 python -m experiments.gather_probe --out "$work/gather_probe" 2>&1 \
     | tee "$work/gather_probe.log" | tail -20
 fi
 if [[ $parts == *" trace "* ]]; then
@@ -84,7 +85,7 @@ if [[ $parts == *" ddp "* ]]; then
   mkdir -p "$work/ddp"
   timeout 90 python -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_distributed.py 2>&1 \
     | tee "$work/ddp-gpu-tests.log" | tail -15
-  timeout 150 python -m learn_parallel.lab.ddp_timeline --out "$work/ddp" --world 2 --steps 30 \
+  timeout 150 python -m experiments.ddp_timeline --out "$work/ddp" --world 2 --steps 30 \
     --timeout 120 2>&1 | tee "$work/ddp.log" | tail -25
 fi
 if [[ $parts == *" host_time "* ]]; then
@@ -93,11 +94,11 @@ if [[ $parts == *" host_time "* ]]; then
   # for that one too, alternated three times: OUTDIR/host_time/{after,before}-N.json.
   mkdir -p "$work/host_time"
   for round in 1 2 3; do
-    timeout 120 python -m learn_parallel.lab.host_time --json \
+    timeout 120 python -m experiments.host_time --json \
       > "$work/host_time/after-$round.json" 2>> "$work/host_time.log"
     if [[ -n ${BEFORE:-} ]]; then
-      cp learn_parallel/lab/host_time.py "$BEFORE/learn_parallel/lab/host_time.py"
-      (cd "$BEFORE" && timeout 120 python -m learn_parallel.lab.host_time --json) \
+      mkdir -p "$BEFORE/experiments" && cp experiments/host_time.py "$BEFORE/experiments/"
+      (cd "$BEFORE" && timeout 120 python -m experiments.host_time --json) \
         > "$work/host_time/before-$round.json" 2>> "$work/host_time.log"
     fi
   done
@@ -105,12 +106,12 @@ if [[ $parts == *" host_time "* ]]; then
 fi
 if [[ $parts == *" clone "* ]]; then
   # Both replicate strategies (broadcast, libtorch's clone) on 2 GPUs: clone/clone.json.
-  timeout 240 python -m learn_parallel.lab.ladder --set clone --devices 2 \
+  timeout 240 python -m experiments.ladder --set clone --devices 2 \
     --out "$work/clone" 2>&1 | tee "$work/clone.log" | tail -20
 fi
 if [[ $parts == *" ladder "* ]]; then
   # torch DP -> ... -> FastDataParallel rungs -> DDP on 2 GPUs: ladder/ladder.json.
-  timeout 240 python -m learn_parallel.lab.ladder --set ladder --devices 2 \
+  timeout 240 python -m experiments.ladder --set ladder --devices 2 \
     --out "$work/ladder" 2>&1 | tee "$work/ladder.log" | tail -25
 fi
 if [[ $parts == *" notebooks "* ]]; then

@@ -12,7 +12,6 @@ and the DDP processes' logs.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import os
@@ -23,24 +22,28 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import (
     SIMULATED_DEVICES_ENV,
+    Device,
     device_count,
     device_type,
     resolve_device_ids,
 )
-from learn_parallel.lab.bench_ddp import share
+from learn_parallel.lab import records
+from learn_parallel.lab.processes import NCCL_ENV, share
 from learn_parallel.lab.timing import Recorder, describe_hardware, phase, step_times_ms
 from learn_parallel.lab.trace import chrome_trace
 from learn_parallel.lab.workloads import (
     CONV_MODELS,
+    SIZES,
     Workload,
     build_model,
     loss_function,
@@ -49,12 +52,6 @@ from learn_parallel.lab.workloads import (
 )
 
 IMPLEMENTATIONS = ("single", "learn_parallel", "torch_dp", "ddp")
-# NVLink SHARP / multicast is off on the lent GPU machines; NCCL must not try it.
-NCCL_ENV = {
-    "NCCL_NVLS_ENABLE": "0",
-    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-    "NVSHMEM_DISABLE_NVLS": "1",
-}
 TORCH_DP_ON_CPU = (
     "not applicable on simulated devices: without GPUs torch.nn.DataParallel "
     "just calls the module once on the CPU"
@@ -281,7 +278,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     if "single" in implementations and 1 not in devices:
         notes.append("single is always measured on one device")
     return Settings(
-        workloads=_workloads(args, pick),
+        workloads=_workloads(args),
         devices=devices,
         implementations=implementations,
         cudnn_modes={"off": [False], "on": [True], "both": [False, True]}[mode],
@@ -320,27 +317,19 @@ def _device_counts(args: argparse.Namespace, notes: list[str]) -> list[int]:
     return devices
 
 
-def _workloads(args: argparse.Namespace, pick: Callable[..., Any]) -> list[Workload]:
-    workloads = []
-    if "mlp" in args.workloads:
-        workloads.append(
-            Workload(
-                "mlp",
-                batch=pick(args.mlp_batch, 4096, 512, 64),
-                width=pick(args.mlp_width, 2048, 512, 128),
-                layers=args.mlp_layers,
-            )
-        )
-    if "conv" in args.workloads:
-        workloads.append(
-            Workload(
-                "conv",
-                batch=pick(args.conv_batch, 512, 32, 16),
-                image_size=pick(args.image_size, 128, 32, 16),
-                model=pick(args.conv_model, "auto", "auto", "small_cnn"),
-            ).resolved()
-        )
-    return workloads
+def _workloads(args: argparse.Namespace) -> list[Workload]:
+    """The workloads asked for, at the size of this run (`workloads.SIZES`) unless given."""
+    size = "quick" if args.quick else "gpu" if on_gpus() else "cpu"
+    given = {
+        "mlp": {"batch": args.mlp_batch, "width": args.mlp_width, "layers": args.mlp_layers},
+        "conv": {"batch": args.conv_batch, "image_size": args.image_size, "model": args.conv_model},
+    }
+    chosen = [
+        replace(SIZES[size][kind], **{k: v for k, v in given[kind].items() if v is not None})
+        for kind in ("mlp", "conv")
+        if kind in args.workloads
+    ]
+    return [w.resolved() if w.kind == "conv" else w for w in chosen]
 
 
 @dataclass(frozen=True)
@@ -391,6 +380,35 @@ def train_step(
         optimizer.zero_grad(set_to_none=True)
 
 
+def make_step(
+    workload: Workload,
+    devices: Sequence[Device],
+    wrap: Callable[[nn.Module, list[int]], Any],
+    lr: float = 0.01,
+    seed: int = 0,
+) -> tuple[Callable[[], None], Any, nn.Module]:
+    """One training step of ``workload``: its model on the first device, wrapped by
+    ``wrap(model, device_ids)``, and a batch there; returns (step, wrapper, model)."""
+    source = devices[0].torch_device
+    model = build_model(workload, seed).to(source)
+    forward = wrap(model, [d.index for d in devices])
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    x, y = make_batch(workload, workload.batch, source, seed)
+
+    def step() -> None:
+        train_step(forward, x, y, workload, optimizer)
+
+    return step, forward, model
+
+
+def record_timeline(step: Callable[[], Any], devices: Sequence[Device], steps: int) -> dict:
+    """``steps`` more calls of ``step`` recorded per device (`Recorder`), as JSON-ready data."""
+    with Recorder(devices=devices) as recorder:
+        for _ in recorder.steps(steps):
+            step()
+    return recorder.timeline().to_dict()
+
+
 def measure_in_process(
     implementation: str,
     group: Group,
@@ -439,38 +457,26 @@ def _train_and_time(
     trace: Path | None = None,
 ) -> tuple[list[float], dict[str, Any] | None, int]:
     devices = resolve_device_ids(list(range(count)))
-    source = devices[0].torch_device
-    model = build_model(workload, settings.seed).to(source)
-    ids = [d.index for d in devices]
-    forward: Callable[[torch.Tensor], torch.Tensor]
-    if implementation == "learn_parallel":
-        forward = dp = DataParallel(model, device_ids=ids)
-        recorded_on = dp.devices
-    elif implementation == "torch_dp":
-        forward = torch.nn.DataParallel(model, device_ids=ids)
-        recorded_on = None  # torch's DataParallel has no phase marks
-    else:
-        # The one-device baseline marks its own forward, so its timeline has one too.
-        device = devices[0]
-        recorded_on = [device]
+    recorded_on: Sequence[Device] | None = devices[:1]
 
+    def one_device(model: nn.Module, ids: list[int]) -> Callable[[torch.Tensor], torch.Tensor]:
+        # The one-device baseline marks its own forward, so its timeline has one too.
         def forward(x: torch.Tensor) -> torch.Tensor:
-            with phase("forward", device):
+            with phase("forward", devices[0]):
                 return model(x)
 
-    optimizer = torch.optim.SGD(model.parameters(), lr=settings.lr)
-    x, y = make_batch(workload, workload.batch, source, settings.seed)
+        return forward
 
-    def step() -> None:
-        train_step(forward, x, y, workload, optimizer)
-
+    wrap: Callable[[nn.Module, list[int]], Any] = one_device
+    if implementation == "learn_parallel":
+        wrap, recorded_on = DataParallel, devices
+    elif implementation == "torch_dp":
+        wrap, recorded_on = torch.nn.DataParallel, None  # torch's marks no phases
+    step, _, model = make_step(workload, devices, wrap, settings.lr, settings.seed)
     times = step_times_ms(step, devices, settings.warmup, settings.steps)
     timeline = None
     if recorded_on is not None and settings.timeline_steps > 0:
-        with Recorder(devices=recorded_on) as recorder:
-            for _ in recorder.steps(settings.timeline_steps):
-                step()
-        timeline = recorder.timeline().to_dict()
+        timeline = record_timeline(step, recorded_on, settings.timeline_steps)
     if trace is not None:
         with chrome_trace(trace):
             for _ in range(2):
@@ -703,11 +709,9 @@ def _git_commit() -> dict[str, Any] | None:
 def _metadata(settings: Settings, command_line: str, seconds: float) -> dict[str, Any]:
     hardware = describe_hardware()
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": command_line,
+        **records.run_metadata(command_line),
         "git": _git_commit(),
         "hardware": hardware.to_dict(),
-        "torch_version": torch.__version__,
         "cudnn_version": torch.backends.cudnn.version() if on_gpus() else None,
         "settings": {
             "devices": settings.devices,

@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import statistics
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,13 +20,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from learn_parallel.devices import device_type
-from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
-
-
-def share(batch: int, world: int, rank: int) -> int:
-    """This rank's rows of the global batch, split the way ``tensor.chunk`` would."""
-    size = -(-batch // world)
-    return max(0, min(size, batch - rank * size))
+from learn_parallel.lab.bench import train_step
+from learn_parallel.lab.processes import rank_step_times, share
+from learn_parallel.lab.workloads import Workload, build_model, make_batch
 
 
 def _time_workload(
@@ -42,36 +37,17 @@ def _time_workload(
     if rows == 0:
         raise ValueError(f"global batch {workload.batch} is too small for {world} processes")
     x, y = make_batch(workload, rows, device, seed=config["seed"] + rank)
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    def step() -> None:
-        loss = loss_function(workload, ddp(x), y)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    for _ in range(config["warmup"]):
-        step()
-    sync()
-    dist.barrier()
-    times = []
-    for _ in range(config["steps"]):
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
-    # A step is as slow as the slowest rank: keep the maximum over ranks, per step.
-    stacked = torch.tensor(times, dtype=torch.float64, device=device)
-    dist.all_reduce(stacked, op=dist.ReduceOp.MAX)
-    return stacked.cpu().tolist()
+    return rank_step_times(
+        lambda: train_step(ddp, x, y, workload, optimizer),
+        device,
+        config["warmup"],
+        config["steps"],
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config", required=True, help="JSON written by learn_parallel.lab.bench")
+    parser.add_argument("--config", required=True, help="JSON written by the bench")
     parser.add_argument("--result", required=True, help="where rank 0 writes its JSON")
     args = parser.parse_args(argv)
     config = json.loads(Path(args.config).read_text())

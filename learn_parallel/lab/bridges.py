@@ -1,15 +1,13 @@
 """What the bridge chapters draw: autograd graphs, the ladder, the two replicate strategies.
 
-Also reads the JSON that ``python -m learn_parallel.lab.ladder`` records on GPUs
-(``ladder.json``, ``clone.json``) from wherever recorded data is kept.
+It plots the JSON that ``python -m experiments.ladder`` records on GPUs (``ladder.json``,
+``clone.json``; read with `learn_parallel.lab.records.load_json`) and the live runs of
+`learn_parallel.lab.ladder.run`.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -18,43 +16,6 @@ from matplotlib.figure import Figure
 
 from learn_parallel.lab.spread import Spread, compare
 from learn_parallel.lab.timing import Timeline
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-# [load-recorded-json]
-def recorded_folders(machine: str) -> list[Path]:
-    """Where a machine's recordings may be: env override, the package, the book."""
-    folders = []
-    if os.environ.get("LEARN_PARALLEL_DATA"):
-        folders.append(Path(os.environ["LEARN_PARALLEL_DATA"]) / machine)
-    folders.append(Path(__file__).resolve().parent / "recorded" / machine)
-    folders.append(Path.cwd() / "data" / machine)  # a notebook running in book/
-    folders.append(REPO_ROOT / "book" / "data" / machine)
-    return folders
-
-
-def load_recorded_json(name: str, machine: str = "h200-x2") -> dict[str, Any] | None:
-    """``name`` (e.g. ``"ladder.json"``) recorded on ``machine``, or None with one printed line.
-
-    The record script writes each part in its own folder (``ladder/ladder.json``),
-    so both ``<machine>/name`` and ``<machine>/<stem>/name`` are looked at.
-    """
-    stem = name.removesuffix(".json")
-    for folder in recorded_folders(machine):
-        for path in (folder / name, folder / stem / name):
-            if path.is_file():
-                data = json.loads(path.read_text())
-                data["source"] = str(path)
-                return data
-    print(
-        f"No recorded {name} for {machine} yet (looked in the package's lab/recorded and "
-        f"book/data): the recorded plots are skipped, the live ones below still run."
-    )
-    return None
-
-
-# [load-recorded-json]
 
 
 # [autograd-graph]

@@ -1,7 +1,5 @@
 """Benchmark: two wrapped networks in a chain, with and without a round trip in between.
 
-``python -m learn_parallel.lab.chain_bench --out DIR [--quick]``
-
 netA turns images into a wide feature map; netB turns the feature map into
 class scores. Both are wrapped in DataParallel, and one training step is timed
 two ways:
@@ -14,31 +12,24 @@ two ways:
   round trip backward).
 
 Each step is timed after warmup steps, with every device synchronized before
-and after (on GPUs), and the median is reported. A table is printed and the
-numbers, hardware, torch version, date and command are written as JSON to
-``DIR/chain_bench.json``. ``--quick`` uses a tiny model, for a smoke test on
-simulated devices (whose timings are host clocks, not GPU times).
+and after (on GPUs), and the median is reported. The options chapter runs `measure`
+live (`learn_parallel.lab.measure.chain`); ``python -m experiments.chain_bench``
+records ``chain_bench.json`` on GPUs.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
-import platform
 import statistics
-import sys
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import device_count, resolve_device_ids
-from learn_parallel.lab.timing import describe_hardware, step_times_ms
+from learn_parallel.devices import resolve_device_ids
+from learn_parallel.lab.timing import step_times_ms
 from learn_parallel.variants.options import OptionsDataParallel
 
 
@@ -135,67 +126,3 @@ def measure(n: int, config: Config) -> dict:
         "regathered_steps_ms": times["regathered"],
         "max_abs_output_difference": difference,
     }
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m learn_parallel.lab.chain_bench",
-        description="Time a two-network chain: kept scattered vs gathered and re-scattered.",
-    )
-    parser.add_argument("--out", required=True, type=Path, help="folder for chain_bench.json")
-    parser.add_argument("--quick", action="store_true", help="tiny model, few steps (smoke test)")
-    parser.add_argument("--max-devices", type=int, default=None, help="default: all devices")
-    parser.add_argument("--warmup", type=int, default=None, help="untimed steps per measurement")
-    parser.add_argument("--steps", type=int, default=None, help="timed steps per measurement")
-    args = parser.parse_args(argv)
-
-    config = QUICK if args.quick else FULL
-    overrides = {"warmup": args.warmup, "steps": args.steps}
-    config = Config(**{**asdict(config), **{k: v for k, v in overrides.items() if v is not None}})
-    top = min(args.max_devices or device_count(), device_count())
-    if top < 2:
-        print(
-            f"chain_bench needs at least 2 devices, found {top}. Without GPUs, set "
-            f"LEARN_PARALLEL_SIMULATED_DEVICES=4.",
-            file=sys.stderr,
-        )
-        return 2
-    devices = resolve_device_ids(list(range(top)))
-    if devices[0].is_simulated:
-        print("Devices are simulated on the CPU: timings are host clocks, not GPU times.")
-    print(f"feature map between the nets: {config.feature_map_mb:.2f} MB per step")
-
-    results = [measure(n, config) for n in range(2, top + 1)]
-    print(f"{'devices':>7} | {'scattered ms':>12} | {'regathered ms':>13} | {'speedup':>7}")
-    for r in results:
-        print(
-            f"{r['devices']:>7} | {r['scattered_median_ms']:>12.2f} | "
-            f"{r['regathered_median_ms']:>13.2f} | {r['speedup']:>6.2f}x"
-        )
-
-    record = {
-        "benchmark": "chain_bench",
-        "what": "median ms of one training step (forward, backward, SGD step) of netA -> netB",
-        "command": "python -m learn_parallel.lab.chain_bench "
-        + " ".join(sys.argv[1:] if argv is None else argv),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "torch_version": torch.__version__,
-        "python_version": platform.python_version(),
-        "hardware": describe_hardware(devices).to_dict(),
-        "config": {
-            **asdict(config),
-            "feature_map_mb": config.feature_map_mb,
-            "quick": args.quick,
-            "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        },
-        "results": results,
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "chain_bench.json"
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

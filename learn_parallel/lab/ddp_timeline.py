@@ -1,7 +1,7 @@
 """Our DDP beside torch's DDP and our DataParallel: step times and per-rank timelines.
 
-``python -m learn_parallel.lab.ddp_timeline --out DIR`` measures, on this
-machine's first ``--world`` GPUs (NCCL) or in gloo processes on the CPU:
+`compare` measures, on this machine's first ``world`` GPUs (NCCL) or in gloo
+processes on the CPU:
 
 * `learn_parallel.DistributedDataParallel` and `torch.nn.parallel.DistributedDataParallel`,
   the same model, data and processes, one after the other (median of the timed
@@ -12,27 +12,21 @@ machine's first ``--world`` GPUs (NCCL) or in gloo processes on the CPU:
   backward, every bucket's all-reduce, the final copy of the averaged
   gradients and the optimizer step; and DataParallel's usual per-device phases.
 
-It writes ``DIR/distributed.json`` (plus PNG timelines). Clocks: on GPUs every
+``python -m experiments.ddp_timeline`` records it as ``distributed.json``. Clocks: on GPUs every
 mark is a CUDA event (the all-reduces on the side stream that runs them); on
 the CPU every mark is the host clock, which all processes of one machine share.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import gc
-import json
 import os
 import statistics
-import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,11 +34,17 @@ import torch.distributed as dist
 
 from learn_parallel import phases
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import device_count
-from learn_parallel.lab import spread
-from learn_parallel.lab.bench import train_step
-from learn_parallel.lab.processes import NCCL_ENV, rank_device, run_ranks
-from learn_parallel.lab.timing import Hardware, PhaseRecord, Recorder, Timeline, phase
+from learn_parallel.devices import device_count, resolve_device_ids
+from learn_parallel.lab import records, spread
+from learn_parallel.lab.bench import make_step, record_timeline, train_step
+from learn_parallel.lab.processes import NCCL_ENV, rank_device, rank_step_times, run_ranks, share
+from learn_parallel.lab.timing import (
+    Hardware,
+    PhaseRecord,
+    Timeline,
+    phase,
+    step_times_ms,
+)
 from learn_parallel.lab.workloads import (
     Workload,
     build_model,
@@ -54,18 +54,11 @@ from learn_parallel.lab.workloads import (
 from learn_parallel.variants.distributed import DEFAULT_BUCKET_CAP_MB, DistributedDataParallel
 
 SCHEMA = "learn_parallel.lab.ddp_timeline/1"
-RECORD_FILE = "distributed.json"
 IMPLEMENTATIONS = {
     "ours": "learn_parallel.DistributedDataParallel",
     "torch": "torch.nn.parallel.DistributedDataParallel",
     "dp": "learn_parallel.DataParallel",
 }
-
-
-def share(batch: int, world: int, rank: int) -> int:
-    """This rank's rows of the global batch, split the way ``tensor.chunk`` would."""
-    size = -(-batch // world)
-    return max(0, min(size, batch - rank * size))
 
 
 # [rank-recorder]
@@ -142,23 +135,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _timed(step: Any, device: torch.device, warmup: int, steps: int) -> list[float]:
-    """Per-step wall times (ms) of this rank, then the slowest rank's time per step."""
-    for _ in range(warmup):
-        step()
-    _sync(device)
-    dist.barrier()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        _sync(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    slowest = torch.tensor(times, dtype=torch.float64, device=device)
-    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return slowest.cpu().tolist()
-
-
 def bench_worker(rank: int, world: int, config: dict[str, Any]) -> dict[str, Any]:
     """One rank: time our DDP and torch's on every workload, then record our DDP's timeline."""
     device = rank_device(dist.get_backend(), rank)
@@ -187,7 +163,7 @@ def bench_worker(rank: int, world: int, config: dict[str, Any]) -> dict[str, Any
                      workload: Workload = workload) -> None:  # fmt: skip
                 train_step(wrapped, *batch, workload, opt)
 
-            times = _timed(step, device, config["warmup"], config["steps"])
+            times = rank_step_times(step, device, config["warmup"], config["steps"])
             entry[impl] = {"step_ms_all": times, "step_ms": statistics.median(times)}
             if device.type == "cuda":
                 entry[impl]["peak_memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
@@ -215,30 +191,12 @@ def bench_worker(rank: int, world: int, config: dict[str, Any]) -> dict[str, Any
 def dp_run(workload: Workload, world: int, config: dict[str, Any]) -> dict[str, Any]:
     """learn_parallel.DataParallel on ``world`` devices in this process: times and a timeline."""
     torch.backends.cudnn.benchmark = False
-    dp = DataParallel(build_model(workload, config["seed"]).to(_source()), list(range(world)))
-    opt = torch.optim.SGD(dp.parameters(), lr=config["lr"])
-    x, y = make_batch(workload, workload.batch, _source(), seed=config["seed"])
-
-    def sync() -> None:
-        for d in dp.devices:
-            if d.type == "cuda":
-                torch.cuda.synchronize(d.index)
-
-    for _ in range(config["warmup"]):
-        train_step(dp, x, y, workload, opt)
-    times = []
-    for _ in range(config["steps"]):
-        sync()
-        start = time.perf_counter()
-        train_step(dp, x, y, workload, opt)
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
+    devices = resolve_device_ids(list(range(world)))
+    step, _, _ = make_step(workload, devices, DataParallel, config["lr"], config["seed"])
+    times = step_times_ms(step, devices, config["warmup"], config["steps"])
     result: dict[str, Any] = {"step_ms_all": times, "step_ms": statistics.median(times)}
     if config["timeline_steps"] > 0:
-        with Recorder(devices=dp.devices) as recorder:
-            for _ in recorder.steps(config["timeline_steps"]):
-                train_step(dp, x, y, workload, opt)
-        result["timeline"] = recorder.timeline().to_dict()
+        result["timeline"] = record_timeline(step, devices, config["timeline_steps"])
     return result
 
 
@@ -249,12 +207,6 @@ def choose_backend(world: int) -> tuple[str, str]:
         return "nccl", f"{world} ranks on {world} GPUs, talking through NCCL."
     where = f"{gpus} GPU" + ("" if gpus == 1 else "s")
     return "gloo", f"{world} ranks as CPU processes, talking through gloo ({where} here)."
-
-
-def _source() -> torch.device:
-    from learn_parallel.devices import Device, device_type
-
-    return Device(device_type(), 0).torch_device  # cuda:0, or sim:0 without GPUs
 
 
 # [compare]
@@ -292,7 +244,7 @@ def compare(
     )
     report: dict[str, Any] = {
         "schema": SCHEMA,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **records.run_metadata(""),  # the driver fills in its command line
         "backend": backend,
         "world": world,
         "hardware": asdict(hardware),
@@ -316,11 +268,11 @@ def compare(
                     r["workloads"][key][impl]["peak_memory_mb"] for r in ranks
                 ]
         if timeline_steps > 0:
-            records = [rec for r in ranks for rec in r["workloads"][key]["timeline"]]
+            marks = [rec for r in ranks for rec in r["workloads"][key]["timeline"]]
             clock = "cuda-event" if on_gpus else "host"
-            rows = sorted({rec["device"] for rec in records})
+            rows = sorted({rec["device"] for rec in marks})
             entry["ddp_timeline"] = {
-                "hardware": asdict(hardware), "records": records,
+                "hardware": asdict(hardware), "records": marks,
                 "clocks": dict.fromkeys(rows, clock),
             }  # fmt: skip
         if with_dp and device_count() < world:
@@ -364,16 +316,16 @@ def plot_ranks(timeline: Timeline, step: int | None = None, title: str = "", ax:
 
     colors = {**PHASE_COLORS, "all-reduce": "#E17C05", "unflatten": "#7F7F7F"}
     step = timeline.steps()[-1] if step is None else step
-    records = [r for r in timeline.records if r.step == step and r.phase != "step"]
-    if not records:
+    shown = [r for r in timeline.records if r.step == step and r.phase != "step"]
+    if not shown:
         raise ValueError(f"No records for step {step}; recorded steps: {timeline.steps()}.")
-    origin = min(r.start_ms for r in records)
-    ranks = sorted({r.device for r in records}, key=lambda row: int(row.split(":")[1]))
+    origin = min(r.start_ms for r in shown)
+    ranks = sorted({r.device for r in shown}, key=lambda row: int(row.split(":")[1]))
     lanes = [(rank, lane) for rank in ranks for lane in ("compute", "all-reduce")]
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * len(lanes)), layout="constrained")
     for y, (rank, lane) in enumerate(lanes):
-        for r in records:
+        for r in shown:
             comm = r.phase.startswith("all-reduce")
             if r.device != rank or comm != (lane == "all-reduce"):
                 continue
@@ -386,13 +338,13 @@ def plot_ranks(timeline: Timeline, step: int | None = None, title: str = "", ax:
     ax.invert_yaxis()
     ax.set_xlabel("time since the step began (ms)")
     ax.grid(axis="x", alpha=0.3)
-    shown = []
-    for r in records:
+    kinds = []
+    for r in shown:
         kind = "all-reduce" if r.phase.startswith("all-reduce") else r.phase
-        if kind not in shown:
-            shown.append(kind)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colors.get(k)) for k in shown]
-    ax.legend(handles, shown, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+        if kind not in kinds:
+            kinds.append(kind)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors.get(k)) for k in kinds]
+    ax.legend(handles, kinds, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     clock = (
         "CUDA events (all-reduce: on DDP's communication stream)"
         if timeline.hardware.device_type == "cuda"
@@ -452,81 +404,3 @@ def step_table(report: dict[str, Any]) -> str:
             ]
         lines.append(f"  our DDP / torch's DDP: {entry['ours_over_torch']:.2f}{verdict}")
     return "\n".join(lines)
-
-
-# [recorded]
-def load_recorded_distributed(machine: str = "h200-x2") -> dict[str, Any] | None:
-    """The comparison recorded on ``machine``, or None (with one line saying so)."""
-    candidates: list[Any] = []
-    with suppress(ModuleNotFoundError, TypeError):
-        candidates.append(resources.files("learn_parallel.lab") / "recorded" / machine)
-    root = Path(__file__).resolve().parents[2]
-    candidates += [Path.cwd() / "data" / machine, root / "book" / "data" / machine]
-    for folder in candidates:
-        path = folder / RECORD_FILE
-        if path.is_file():
-            return json.loads(path.read_text())
-    print(
-        f"No recorded {machine} run of {RECORD_FILE} in this copy of learn_parallel yet: "
-        "the recorded plots are skipped, the live ones below still run."
-    )
-    return None
-
-
-# [recorded]
-
-
-def default_workloads(quick: bool = False) -> dict[str, Workload]:
-    """ResNet-18 (or the small CNN without torchvision) and the MLP of the main benchmark."""
-    if quick or not torch.cuda.is_available():
-        return {
-            "mlp": Workload("mlp", batch=128, width=256, layers=4),
-            "conv": Workload("conv", batch=16, image_size=32, model="small_cnn", classes=10),
-        }
-    return {
-        "mlp": Workload("mlp", batch=4096, width=2048, layers=4),
-        "conv": Workload("conv", batch=512, image_size=128).resolved(),
-    }
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m learn_parallel.lab.ddp_timeline",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--out", type=Path, required=True, help=f"folder for {RECORD_FILE}")
-    parser.add_argument("--world", type=int, default=2, help="processes (GPUs); default 2")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=20, help="timed steps (median reported)")
-    parser.add_argument("--timeline-steps", type=int, default=3)
-    parser.add_argument("--bucket-cap-mb", type=float, default=DEFAULT_BUCKET_CAP_MB)
-    parser.add_argument("--quick", action="store_true", help="small models (CPU, tests)")
-    parser.add_argument("--timeout", type=float, default=200.0, help="seconds for the ranks")
-    args = parser.parse_args(argv)
-    report = compare(
-        default_workloads(args.quick), args.world, args.warmup, args.steps, args.timeline_steps,
-        args.bucket_cap_mb, timeout_s=args.timeout,
-    )  # fmt: skip
-    report["command"] = "python -m learn_parallel.lab.ddp_timeline " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / RECORD_FILE).write_text(json.dumps(report, indent=1) + "\n")
-    print(step_table(report))
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        for key in report["workloads"]:
-            if "dp_timeline" in report["workloads"][key]:
-                fig = plot_side_by_side(report, key)
-                fig.savefig(args.out / f"ddp-{key}-timeline.png", dpi=110)
-    except Exception as error:  # noqa: BLE001 - the JSON is what matters; say why no plot
-        print(f"plots skipped: {type(error).__name__}: {error}")
-    print(f"wrote {args.out / RECORD_FILE}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,25 +1,17 @@
 """What ``torch.nn.parallel.gather`` really does with outputs it was not written for.
 
-    python -m learn_parallel.lab.gather_probe --out DIR
-
 Calls the real function (and ``learn_parallel.gather`` beside it) on per-replica
 outputs that are strings, ints, a dataclass holding a tensor, and a tuple of a
 string and a tensor, and writes what came back or what was raised. Cases whose
 tensors never reach torch's ``Gather`` run anywhere; the tuple case needs CUDA
-tensors (``Gather`` refuses CPU ones) and runs only on GPUs. It also
-records where ``gather_map``'s last line sits in the installed torch, to link
-the source line of the version that ran.
+tensors (``Gather`` refuses CPU ones) and runs only on GPUs. The pitfalls chapter runs `probe` live;
+``python -m experiments.gather_probe`` records it on GPUs.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import inspect
-import json
-import sys
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -74,41 +66,3 @@ def probe() -> dict[str, dict[str, dict]]:
             "learn_parallel": outcome(lp.gather, outputs, target if gpu else lp.Device("sim", 0)),
         }
     return result
-
-
-def source_lines() -> dict[str, Any]:
-    """Where ``gather_map``'s fallback line sits in the installed torch's file."""
-    from torch.nn.parallel import scatter_gather
-
-    lines, start = inspect.getsourcelines(scatter_gather.gather)
-    found = {"torch_version": torch.__version__, "gather_first_line": start, "lines": {}}
-    for offset, line in enumerate(lines):
-        stripped = line.strip()
-        if stripped.startswith(("def gather_map", "return type(out)(", "if isinstance(out")):
-            found["lines"][str(start + offset)] = stripped
-    return found
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for gather_probe.json")
-    args = parser.parse_args(argv)
-    report = {
-        "command": "python -m learn_parallel.lab.gather_probe " + " ".join(sys.argv[1:]),
-        "torch_version": torch.__version__,
-        "gpus": torch.cuda.device_count(),
-        "source": source_lines(),
-        "cases": probe(),
-    }
-    for name, both in report["cases"].items():
-        print(f"{name}:")
-        for who, what in both.items():
-            print(f"  {who:15s} {what}")
-    print(report["source"])
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "gather_probe.json").write_text(json.dumps(report, indent=1))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

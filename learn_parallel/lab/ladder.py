@@ -1,4 +1,4 @@
-"""``python -m learn_parallel.lab.ladder``: how close can one process get to DDP?
+"""How close can one process get to DDP? The ladder and the clone set, rung by rung.
 
 Measures a *ladder*: one implementation per rung, each rung one named change
 on top of the one before, all in one run, side by side, then DDP (one process
@@ -8,16 +8,16 @@ each ended by a synchronize of every device; the median is reported. A few
 more steps of each rung with phase marks are recorded per device (timelines).
 
 ``--set clone`` measures the two replicate strategies instead
-(``DataParallel(replicate="broadcast")`` and ``replicate="clone"``), plus the
+(``DataParallel``'s broadcast and ``CloneDataParallel``'s clone), plus the
 host time of one ``replicate`` call with each.
 
-Results land in ``--out`` as ``ladder.json`` (or ``clone.json``).
+`run` writes ``ladder.json`` (or ``clone.json``) into its ``out`` folder; the ladder and
+libtorch_replicate chapters run it live on small workloads, and ``python -m
+experiments.ladder`` records it on GPUs.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import gc
 import json
 import statistics
@@ -33,14 +33,13 @@ from torch import nn
 
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import (
-    SIMULATED_DEVICES_ENV,
-    device_count,
     resolve_device_ids,
     synchronize,
 )
-from learn_parallel.lab.bench import Group, Settings, run_ddp, train_step
-from learn_parallel.lab.timing import Recorder, describe_hardware, step_times_ms
-from learn_parallel.lab.workloads import Workload, build_model, make_batch
+from learn_parallel.lab import records
+from learn_parallel.lab.bench import Group, Settings, make_step, record_timeline, run_ddp
+from learn_parallel.lab.timing import describe_hardware, step_times_ms
+from learn_parallel.lab.workloads import Workload, build_model, standard_workloads
 from learn_parallel.replicate import replicate
 from learn_parallel.variants.clone_replicate import CloneDataParallel, clone_replicate
 from learn_parallel.variants.fast import FastDataParallel
@@ -99,10 +98,10 @@ LADDER = (
 )  # fmt: skip
 
 CLONE_SET = (
-    Rung("broadcast", "DataParallel(replicate='broadcast'): PyTorch's Python design, one "
+    Rung("broadcast", "DataParallel: PyTorch's Python design, one "
          "Broadcast node for all parameters", "none", False,
          lambda m, ids: DataParallel(m, device_ids=ids)),
-    Rung("clone", "DataParallel(replicate='clone'): libtorch's design, a deep copy per device "
+    Rung("clone", "CloneDataParallel: libtorch's design, a deep copy per device "
          "and one ReduceAdd edge per parameter", "none", False,
          lambda m, ids: CloneDataParallel(m, device_ids=ids)),
 )  # fmt: skip
@@ -110,16 +109,9 @@ CLONE_SET = (
 
 
 def default_workloads(on_gpu: bool, quick: bool) -> list[Workload]:
-    """ResNet-18 (batch 512, 128 px) and the MLP (4 x 2048, batch 4096) on GPUs; small ones here."""
-    if quick:
-        conv = Workload("conv", 8, image_size=16, model="small_cnn")
-        return [Workload("mlp", 32, width=64), conv]
-    if on_gpu:
-        return [Workload("conv", 512, image_size=128).resolved(), Workload("mlp", 4096)]
-    return [
-        Workload("conv", 32, image_size=32, model="small_cnn"),
-        Workload("mlp", 512, width=512),
-    ]
+    """The benchmark's ResNet-18 and MLP (`workloads.SIZES`): GPU sizes, CPU ones, or quick."""
+    table = standard_workloads("quick" if quick else "gpu" if on_gpu else "cpu")
+    return [table["conv"], table["mlp"]]
 
 
 # [measure-rung]
@@ -134,23 +126,12 @@ def measure_rung(
         return row
     try:
         devices = resolve_device_ids(list(range(count)))
-        source = devices[0].torch_device
-        model = build_model(workload).to(source)
-        forward = rung.build(model, [d.index for d in devices])
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        x, y = make_batch(workload, workload.batch, source)
-
-        def step() -> None:
-            train_step(forward, x, y, workload, optimizer)
-
+        step, forward, _ = make_step(workload, devices, rung.build)
         times = step_times_ms(step, devices, warmup, steps)
         row.update(step_ms=statistics.median(times), step_ms_all=times)
         marked = getattr(forward, "devices", None)  # torch's DataParallel marks no phases
         if marked is not None and timeline_steps > 0:
-            with Recorder(devices=marked) as recorder:
-                for _ in recorder.steps(timeline_steps):
-                    step()
-            row["timeline"] = recorder.timeline().to_dict()
+            row["timeline"] = record_timeline(step, marked, timeline_steps)
     except Exception as error:  # noqa: BLE001 - one failing rung is a row, not a lost run
         row.update(status="failed", note=f"{type(error).__name__}: {error}"[:600])
     finally:
@@ -229,10 +210,8 @@ def run(
     report = {
         "schema": SCHEMA,
         "set": which,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": command,
+        **records.run_metadata(command),
         "hardware": hardware.__dict__ | {"label": hardware.label()},
-        "torch_version": torch.__version__,
         "workloads": {w.kind: {**w.to_dict(), "title": w.describe()} for w in workloads},
         "timing": f"median of {steps} steps after {warmup} warm-up steps, each ended by a "
         "synchronize of every device; DDP: the slowest rank per step",
@@ -261,46 +240,3 @@ def table(report: dict[str, Any]) -> str:
             for name, ms in report["replicate_host_ms"][kind].items():
                 lines.append(f"  replicate host time, {name:<10} {ms:8.3f} ms")
     return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser("python -m learn_parallel.lab.ladder", description=__doc__)
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--out", type=Path, required=True, help="folder for the JSON")
-    parser.add_argument("--set", choices=("ladder", "clone"), default="ladder", dest="which")
-    parser.add_argument("--devices", type=int, default=2, help="device count (default 2)")
-    parser.add_argument("--workloads", default="conv,mlp", help="conv,mlp (default both)")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=None, help="timed steps (GPU 30, CPU 5)")
-    parser.add_argument("--timeline-steps", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="tiny models, for tests")
-    parser.add_argument("--no-ddp", action="store_true", help="skip the DDP rung")
-    parser.add_argument("--ddp-timeout", type=float, default=150.0)
-    args = parser.parse_args(argv)
-    on_gpu = torch.cuda.is_available()
-    if args.devices > device_count():
-        if on_gpu:
-            raise SystemExit(f"--devices {args.devices}: only {device_count()} GPUs are visible")
-        import os
-
-        os.environ[SIMULATED_DEVICES_ENV] = str(args.devices)
-    kinds = [k.strip() for k in args.workloads.split(",") if k.strip()]
-    workloads = [w for w in default_workloads(on_gpu, args.quick) if w.kind in kinds]
-    if not workloads:
-        raise SystemExit(f"--workloads {args.workloads!r}: choose from conv,mlp")
-    steps = args.steps or (30 if on_gpu else 5)
-    report = run(
-        args.which, workloads, args.devices, args.out, args.warmup, steps,
-        args.timeline_steps, ddp=not args.no_ddp and args.which == "ladder",
-        ddp_timeout=args.ddp_timeout,
-        command=" ".join(["python -m learn_parallel.lab.ladder", *argv]),
-    )  # fmt: skip
-    print(table(report))
-    if not on_gpu:
-        print("Devices are simulated on the CPU: host timings, not GPU times.")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

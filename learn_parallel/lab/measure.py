@@ -5,7 +5,7 @@ or simulated CPU devices) and shows, beside that, the same function run on real
 H200s. Keeping every measurement here, as one function per chapter, means the
 live plot and the recorded one come from the same code.
 
-``python -m learn_parallel.lab.measure --out DIR`` runs them all on this machine's
+``python -m experiments.measure --out DIR`` runs them all on this machine's
 devices and writes ``DIR/chapters.json``; ``book/data/record_gpu_runs.sh``
 calls it on the GPU machines. ``load_recorded("h200-x4")`` reads such a run
 back from ``learn_parallel/lab/recorded/h200-x4``, which ships with the package.
@@ -13,20 +13,12 @@ back from ``learn_parallel/lab/recorded/h200-x4``, which ships with the package.
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import json
-import os
-import platform
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from importlib import resources
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,10 +28,10 @@ from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import (
     Device,
     DeviceLike,
-    device_count,
     resolve_device_ids,
     synchronize,
 )
+from learn_parallel.lab import records
 from learn_parallel.lab.timing import (
     Recorder,
     Timeline,
@@ -51,9 +43,6 @@ from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.replicate import check_on_source_device, copy_to_devices, replicate
 from learn_parallel.scatter_gather import gather, scatter
 from learn_parallel.variants.tuple_parallel import TupleParallel, split_batch
-
-if TYPE_CHECKING:  # Python 3.10 has it elsewhere; only the annotations need it
-    from importlib.resources.abc import Traversable
 
 
 @dataclass
@@ -526,52 +515,7 @@ def chain_measurement(
     )
 
 
-# -- recording on a GPU machine, and reading the recording back -------------------
-
-MEASUREMENTS: dict[str, Callable[[Sequence[Device]], Measurement | None]] = {
-    "matmul": matmul,
-    "source_check": source_check,
-    "scatter_copy": scatter_copy,
-    "replicate_copy": replicate_copy,
-    "replica_forward": replica_forward,
-    "gather_targets": gather_targets,
-    "tuple_vs_data_parallel": tuple_vs_data_parallel,
-    "peak_memory": peak_memory,
-    "worker_overhead": worker_overhead,
-}
-TIMELINES: dict[str, Callable[[Sequence[Device]], Timeline]] = {
-    "parallel_apply": parallel_apply_timeline,
-    "training": training_timeline,
-}
-
-
-def record_all(devices: Sequence[DeviceLike] | None = None, progress: bool = True) -> dict:
-    """Run every chapter's measurement on ``devices``; a dict ready for chapters.json."""
-    devs = _devices(devices)
-    report: dict[str, Any] = {
-        "schema": "learn_parallel.lab.measure/1",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "torch_version": torch.__version__,
-        "python_version": platform.python_version(),
-        "hardware": hardware_label(devs),
-        "measurements": {},
-        "timelines": {},
-    }
-    for key, fn in [*MEASUREMENTS.items(), *TIMELINES.items()]:
-        t0 = time.perf_counter()
-        result = fn(devs)
-        if isinstance(result, Timeline):
-            report["timelines"][key] = result.to_dict()
-        elif result is not None:
-            report["measurements"][key] = asdict(result)
-        if progress:
-            print(f"{key}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    return report
-
-
-# The recorded runs ship inside the package (package data), one folder per machine, so an
-# installed copy finds them offline; LEARN_PARALLEL_DATA names another folder of machines.
-RECORDED_DATA = "recorded"
+# -- reading a recording back (experiments/measure.py records it) ------------------
 
 
 @dataclass
@@ -627,28 +571,13 @@ class Recorded:
         return chain_measurement(report.get("results", []), machine, on_gpus, mb)
 
 
-def recorded_root() -> Traversable:
-    """The folder that holds one folder per recorded machine.
-
-    The package's own ``learn_parallel/lab/recorded`` (found through
-    ``importlib.resources``, so it works from a wheel as well as from a checkout), or
-    ``$LEARN_PARALLEL_DATA`` when that is set (e.g. a run just recorded elsewhere).
-    """
-    if os.environ.get("LEARN_PARALLEL_DATA"):
-        return Path(os.environ["LEARN_PARALLEL_DATA"])
-    return resources.files("learn_parallel.lab") / RECORDED_DATA
-
-
-def _read(folder: Traversable, name: str) -> dict[str, Any] | None:
-    """One JSON file of a recording; None when it is not there."""
-    path = folder / name
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
 def load_recorded(machine: str = "h200-x4") -> Recorded:
-    """The runs recorded on ``machine`` (a folder name under `recorded_root`)."""
-    folder = recorded_root() / machine
-    chapters, bench = _read(folder, "chapters.json"), _read(folder, "bench.json")
+    """The runs recorded on ``machine`` (a folder name under `records.recorded_root`)."""
+    folder = records.recorded_root() / machine
+    chapters, bench = (
+        records.read_json("chapters.json", machine),
+        records.read_json("bench.json", machine),
+    )
     if chapters is None and bench is None:
         raise FileNotFoundError(
             f"No recorded runs for {machine!r}: {folder} holds neither chapters.json nor "
@@ -665,42 +594,13 @@ def load_recorded(machine: str = "h200-x4") -> Recorded:
         measurements={k: Measurement.from_dict(v) for k, v in chapters["measurements"].items()},
         timelines={k: Timeline.from_dict(v) for k, v in chapters["timelines"].items()},
         bench=bench,
-        chain_bench=_read(folder, "chain_bench.json"),
+        chain_bench=records.read_json("chain_bench.json", machine),
         date=chapters.get("date") or meta.get("date", ""),
         source=str(folder),
         repeat={
             k: Measurement.from_dict(v)
-            for k, v in (_read(folder, "chapters-repeat.json") or {})
+            for k, v in (records.read_json("chapters-repeat.json", machine) or {})
             .get("measurements", {})
             .items()
         },
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m learn_parallel.lab.measure",
-        description="Run every chapter's per-device measurement; write DIR/chapters.json.",
-    )
-    parser.add_argument("--out", required=True, type=Path, help="folder for chapters.json")
-    parser.add_argument("--devices", type=int, default=None, help="how many (default: all)")
-    args = parser.parse_args(argv)
-    count = device_count() if args.devices is None else args.devices
-    if not 1 <= count <= device_count():
-        parser.error(f"--devices must be between 1 and {device_count()}, got {count}.")
-    devices = resolve_device_ids(list(range(count)))
-    if devices[0].is_simulated:
-        print("Devices are simulated on the CPU: timings are host clocks, not GPU times.")
-    report = record_all(devices)
-    report["command"] = "python -m learn_parallel.lab.measure " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "chapters.json"
-    path.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

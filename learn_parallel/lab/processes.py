@@ -48,6 +48,39 @@ def rank_device(backend: str, rank: int) -> torch.device:
     return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
 
 
+def share(batch: int, world: int, rank: int) -> int:
+    """This rank's rows of the global batch, split the way ``tensor.chunk`` would."""
+    size = -(-batch // world)
+    return max(0, min(size, batch - rank * size))
+
+
+def rank_step_times(
+    step: Callable[[], Any], device: torch.device, warmup: int, steps: int
+) -> list[float]:
+    """Wall time (ms) of each timed ``step`` as the slowest rank saw it; every rank calls this.
+
+    A step is as slow as its slowest rank, so each step keeps the maximum over ranks.
+    """
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        step()
+    sync()
+    dist.barrier()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    slowest = torch.tensor(times, dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return slowest.cpu().tolist()
+
+
 def _entry(
     rank: int,
     fn: Callable[..., Any],

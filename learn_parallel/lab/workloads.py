@@ -112,5 +112,23 @@ def loss_function(workload: Workload, output: torch.Tensor, target: torch.Tensor
     return F.cross_entropy(output, target)
 
 
+# The benchmark's two workloads at three sizes, for every tool that runs them: the GPU
+# size of every recording, a size for simulated devices on a CPU, and a quick one (tests,
+# the chapters' live cells).
+SIZES = {
+    "gpu": {"mlp": Workload("mlp", 4096), "conv": Workload("conv", 512)},
+    "cpu": {"mlp": Workload("mlp", 512, width=512), "conv": Workload("conv", 32, image_size=32)},
+    "quick": {
+        "mlp": Workload("mlp", 64, width=128),
+        "conv": Workload("conv", 16, image_size=16, model="small_cnn"),
+    },
+}
+
+
+def standard_workloads(size: str) -> dict[str, Workload]:
+    """``SIZES[size]`` (``"gpu"``, ``"cpu"`` or ``"quick"``), the conv net resolved."""
+    return {kind: w.resolved() for kind, w in SIZES[size].items()}
+
+
 def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())

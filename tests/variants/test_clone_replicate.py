@@ -6,6 +6,7 @@ test_equivalence.py). Tied weights, buffers and double backward are pinned
 down for both strategies.
 """
 
+import _training
 import pytest
 import torch
 from _training import TOL, assert_same
@@ -53,15 +54,12 @@ def batches(n=8, steps=3, features=5):
 
 
 def train(model, forward, data):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    history = []
-    for x, y in data:
-        optimizer.zero_grad()
+    def run(batch):
+        x, y = batch
         out = forward(x)
-        (out[:, : y.shape[1]] - y.to(out.device)).pow(2).mean().backward()
-        history.append((out.detach().clone(), [p.grad.clone() for p in model.parameters()]))
-        optimizer.step()
-    return history, [p.detach().clone() for p in model.parameters()]
+        return out, (out[:, : y.shape[1]] - y.to(out.device)).pow(2).mean()
+
+    return _training.train(model, run, data)
 
 
 @pytest.mark.parametrize("devices", [[0], [0, 1], [0, 1, 2, 3], [2, 0, 3]])

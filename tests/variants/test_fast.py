@@ -11,14 +11,15 @@ import contextlib
 import json
 import threading
 
+import _training
 import pytest
 import torch
 from _training import TOL, assert_same
 from torch import nn
 
 import learn_parallel as lp
+from experiments import ladder
 from learn_parallel.devices import resolve_device_ids
-from learn_parallel.lab import ladder
 from learn_parallel.variants.fast import FastDataParallel
 
 RUNGS = {
@@ -49,15 +50,12 @@ def batches(n=12, steps=3):
 
 
 def train(model, forward, data=None):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    history = []
-    for x, y in data or batches():
-        optimizer.zero_grad(set_to_none=True)
+    def run(batch):
+        x, y = batch
         out = forward(x)
-        nn.functional.cross_entropy(out, y.to(out.device)).backward()
-        history.append((out.detach().clone(), [p.grad.clone() for p in model.parameters()]))
-        optimizer.step()
-    return history, [p.detach().clone() for p in model.parameters()]
+        return out, nn.functional.cross_entropy(out, y.to(out.device))
+
+    return _training.train(model, run, data or batches())
 
 
 def one_device(batch_norm=False):

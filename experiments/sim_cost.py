@@ -1,4 +1,7 @@
-"""``python -m learn_parallel.lab.sim_cost``: what one simulated device adds to a training step.
+"""What one simulated device adds to a training step: ``python -m experiments.sim_cost``.
+
+Feeds the devices chapter's note on the cost of simulated devices (it prints a table;
+nothing is recorded).
 
 One SGD step of a 3-layer MLP (512 wide, batch 256 by default) runs four ways,
 side by side in one run:

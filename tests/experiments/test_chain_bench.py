@@ -8,14 +8,14 @@ numbers on a shared CPU say nothing about the code.
 
 import json
 
-from learn_parallel.lab import chain_bench
+from experiments import chain_bench
 
 
 def test_quick_run_writes_a_complete_record(tmp_path, capsys):
     assert chain_bench.main(["--out", str(tmp_path), "--quick", "--max-devices", "3"]) == 0
     record = json.loads((tmp_path / "chain_bench.json").read_text())
     assert record["benchmark"] == "chain_bench"
-    assert record["command"].startswith("python -m learn_parallel.lab.chain_bench --out")
+    assert record["command"].startswith("python -m experiments.chain_bench --out")
     for key in ("date", "torch_version", "python_version"):
         assert record[key]
     assert record["hardware"]["simulated"] is True

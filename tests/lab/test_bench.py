@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from learn_parallel.lab import bench
-from learn_parallel.lab.bench_ddp import share
+from learn_parallel.lab.processes import share
 from learn_parallel.lab.timing import Timeline
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,11 @@
-"""``python -m learn_parallel.lab.host_time``: how long the Python thread spends in one forward.
+"""How long the Python thread spends in one DataParallel forward (host time).
+
+    python -m experiments.host_time [--json]
+
+No chapter plots it: it is the evidence that devices are resolved once per wrapper
+(``book/data/README.md``; ``tests/test_resolve_once.py`` checks the same on simulated
+devices). ``book/data/record_gpu_runs.sh`` (part ``host_time``) writes its JSON to
+``host_time/{after,before}-N.json`` (``BEFORE=DIR`` times an older checkout too).
 
 On GPUs, ``DataParallel.forward`` returns once its copies and kernels are
 queued, so the time the calling thread spends inside it is the wrapper's own
@@ -18,43 +25,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import learn_parallel
+from experiments.counting import counting
 from learn_parallel import devices as device_module
 from learn_parallel.lab.timing import describe_hardware
 from learn_parallel.lab.workloads import CONV_MODELS, Workload, build_model, make_batch
-
-
-@contextmanager
-def counting(name: str = "to_device") -> Iterator[list[int]]:
-    """Count calls of ``learn_parallel.devices.<name>`` from every loaded package module.
-
-    Modules import the function by name, so each module's reference is swapped.
-    """
-    original = getattr(device_module, name)
-    calls = [0]
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        return original(*args, **kwargs)
-
-    patched = [
-        module
-        for module_name, module in list(sys.modules.items())
-        if module_name.startswith("learn_parallel") and getattr(module, name, None) is original
-    ]
-    for module in patched:
-        setattr(module, name, counted)
-    try:
-        yield calls
-    finally:
-        for module in patched:
-            setattr(module, name, original)
 
 
 def host_times_ms(
@@ -97,7 +76,7 @@ def measure(workload: Workload, warmup: int = 3, repeats: int = 20) -> dict[str,
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m learn_parallel.lab.host_time",
+        prog="python -m experiments.host_time",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,6 +1,6 @@
-"""The lab's sim_cost benchmark runs its variants side by side and leaves dispatch as it was."""
+"""The sim_cost experiment runs its variants side by side and leaves dispatch as it was."""
 
-from learn_parallel.lab import sim_cost
+from experiments import sim_cost
 from learn_parallel.sim import SimTensor
 
 

@@ -16,7 +16,9 @@ from torch import nn
 
 from learn_parallel import DataParallel, phases
 from learn_parallel.devices import Device
+from learn_parallel.lab.bench import train_step
 from learn_parallel.lab.timing import Hardware, PhaseRecord, Recorder, Timeline, phase
+from learn_parallel.lab.workloads import Workload
 
 matplotlib.use("Agg")
 
@@ -30,16 +32,8 @@ def _train(dp: nn.Module, recorder: Recorder | None, steps: int = 2) -> None:
     optimizer = torch.optim.SGD(dp.parameters(), lr=0.1)
     # The batch may start on the host; the loss is taken where the output lands.
     x, y = torch.randn(16, 8), torch.randn(16, 1, device=dp.output_device.torch_device)
-    loop = recorder.steps(steps) if recorder else range(steps)
-    for _ in loop:
-        output = dp(x)
-        with phase("loss"):
-            loss = nn.functional.mse_loss(output, y)
-        with phase("backward"):
-            loss.backward()
-        with phase("optimizer"):
-            optimizer.step()
-            optimizer.zero_grad()
+    for _ in recorder.steps(steps) if recorder else range(steps):
+        train_step(dp, x, y, Workload("mlp", 16), optimizer)  # MSE, its phases marked
 
 
 @pytest.fixture

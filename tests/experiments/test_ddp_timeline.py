@@ -1,4 +1,4 @@
-"""The DDP record part (``python -m learn_parallel.lab.ddp_timeline``) works end to end on gloo.
+"""The DDP record part (``python -m experiments.ddp_timeline``) works end to end on gloo.
 
 Tiny models and two steps: this checks the plumbing the 2 x H200 recording relies on (the
 JSON it writes, the per-rank timelines, the plots, reading the file back), not speed.
@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import json
 
-from learn_parallel.lab import ddp_timeline
+from experiments import ddp_timeline as driver
+from learn_parallel.lab import ddp_timeline, records
 
 
 def test_record_part_writes_timelines_that_show_every_bucket(tmp_path, monkeypatch, capsys):
     out = tmp_path / "data" / "cpu-test"
     argv = ["--out", str(out), "--quick", "--warmup", "1", "--steps", "2"]
     argv += ["--timeline-steps", "2", "--bucket-cap-mb", "0.1"]
-    assert ddp_timeline.main(argv) == 0
-    report = json.loads((out / ddp_timeline.RECORD_FILE).read_text())
+    assert driver.main(argv) == 0
+    report = json.loads((out / driver.RECORD_FILE).read_text())
     assert report["backend"] == "gloo" and report["world"] == 2
     for key in ("mlp", "conv"):
         entry = report["workloads"][key]
@@ -35,12 +36,12 @@ def test_record_part_writes_timelines_that_show_every_bucket(tmp_path, monkeypat
             # The first bucket is launched while backward is still running.
             assert min(r.start_ms for r in reduces) < backward.end_ms
         assert ddp_timeline.dp_timeline(report, key).records
-    monkeypatch.chdir(tmp_path)
-    assert ddp_timeline.load_recorded_distributed("cpu-test") == report
+    monkeypatch.setenv("LEARN_PARALLEL_DATA", str(tmp_path / "data"))
+    assert records.load_json(driver.RECORD_FILE, "cpu-test") == report
 
 
 def test_missing_recording_says_so_in_one_line(monkeypatch, tmp_path, capsys):
-    monkeypatch.chdir(tmp_path)
-    assert ddp_timeline.load_recorded_distributed("no-such-machine") is None
+    monkeypatch.setenv("LEARN_PARALLEL_DATA", str(tmp_path))
+    assert records.load_json("distributed.json", "no-such-machine") is None
     printed = capsys.readouterr().out.strip().splitlines()
-    assert len(printed) == 1 and "No recorded no-such-machine run" in printed[0]
+    assert len(printed) == 1 and "No recorded distributed.json for no-such-machine" in printed[0]

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import learn_parallel as lp
-from learn_parallel.lab import bench, evidence, gather_probe, persistent_workers
+from learn_parallel.lab import bench, gather_probe, persistent_workers, records
 from learn_parallel.lab.timing import (
     HOST,
     Hardware,
@@ -138,11 +138,11 @@ def test_bench_writes_a_trace_with_the_trace_option(tmp_path):
 
 def test_a_missing_recording_is_one_message(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("LEARN_PARALLEL_DATA", str(tmp_path))
-    assert evidence.load_json("no_such_file.json", "no-machine") is None
+    assert records.load_json("no_such_file.json", "no-machine") is None
     assert "No recorded no_such_file.json for no-machine" in capsys.readouterr().out
     (tmp_path / "m" / "part").mkdir(parents=True)
     (tmp_path / "m" / "part" / "x.json").write_text('{"a": 1}')
-    assert evidence.load_json("x.json", "m") == {"a": 1}
+    assert records.load_json("x.json", "m") == {"a": 1}
 
 
 @pytest.mark.parametrize("synchronize", [True, False])

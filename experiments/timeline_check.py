@@ -1,6 +1,6 @@
 """Do recorded timelines agree with measured step times? The raw numbers, per step.
 
-    python -m learn_parallel.lab.timeline_check --out DIR [--devices 2] [--steps 5]
+    python -m experiments.timeline_check --out DIR [--devices 2] [--steps 5]
 
 For the MLP and ResNet-18 of the benchmark (`learn_parallel.lab.workloads`) on
 ``--devices`` devices, this times training steps the way the benchmark does
@@ -13,49 +13,38 @@ finished the step before. It also checks the clock alignment itself: two
 reference events taken on idle GPUs some time apart must be as far apart on
 the GPU clock as on the host clock.
 
-Everything goes to ``DIR/timeline_check.json``.
+Everything goes to ``DIR/timeline_check.json``, which the data_parallel and performance
+chapters read (``book/data/record_gpu_runs.sh``, part ``timeline``, runs it on 2 GPUs);
+``tests/test_gpu_timeline.py`` checks the same on any GPU machine.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+import shlex
 import statistics
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from learn_parallel import DataParallel
-from learn_parallel.devices import Device, device_count, device_type
-from learn_parallel.lab.bench import train_step
+from learn_parallel.devices import Device
+from learn_parallel.lab import bench, records
 from learn_parallel.lab.timing import Recorder, describe_hardware, step_spans, step_times_ms
-from learn_parallel.lab.workloads import Workload, build_model, make_batch
+from learn_parallel.lab.workloads import Workload, standard_workloads
 
-WORKLOADS = {
-    "mlp": Workload("mlp", 4096),
-    "resnet18": Workload("conv", 512),
-}
-SIMULATED_WORKLOADS = {  # small enough for a laptop's CPU
-    "mlp": Workload("mlp", 256, width=256),
-    "resnet18": Workload("conv", 32, image_size=32, model="small_cnn"),
-}
+
+def workloads_for(devices: Sequence[Device]) -> dict[str, Workload]:
+    """The MLP and ResNet-18 at GPU size (`workloads.SIZES`), CPU ones on simulated devices."""
+    table = standard_workloads("gpu" if devices[0].type == "cuda" else "cpu")
+    return {"mlp": table["mlp"], "resnet18": table["conv"]}
 
 
 def make_step(workload: Workload, devices: Sequence[Device]):
     """One DataParallel training step of ``workload``, with its phases marked."""
-    source = devices[0].torch_device
-    model = build_model(workload).to(source)
-    dp = DataParallel(model, device_ids=[d.index for d in devices])
-    optimizer = torch.optim.SGD(dp.parameters(), lr=0.01)
-    x, y = make_batch(workload, workload.batch, source)
-
-    def step() -> None:
-        train_step(dp, x, y, workload, optimizer)
-
+    step, dp, _ = bench.make_step(workload, devices, DataParallel)
     return step, dp.devices
 
 
@@ -116,19 +105,18 @@ def _print_spans(name: str, data: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for timeline_check.json")
-    parser.add_argument("--devices", type=int, default=2, help="how many devices (default 2)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = records.driver_parser(
+        "experiments.timeline_check", __doc__, "timeline_check.json", devices=2
+    )
     parser.add_argument("--steps", type=int, default=5, help="recorded steps per timeline")
     parser.add_argument("--workloads", default="mlp,resnet18", help="comma-separated")
     args = parser.parse_args(argv)
-    count = min(args.devices, device_count())
-    devices = [Device(device_type(), i) for i in range(count)]
-    table = WORKLOADS if device_type() == "cuda" else SIMULATED_WORKLOADS
+    devices = records.first_devices(args.devices)
+    table = workloads_for(devices)
     report: dict[str, Any] = {
         "hardware": describe_hardware(devices).__dict__,
-        "command": "python -m learn_parallel.lab.timeline_check "
-        + " ".join(sys.argv[1:] if argv is None else argv),
+        **records.run_metadata(shlex.join(["python", "-m", "experiments.timeline_check", *argv])),
         "clock_alignment": clock_alignment(devices),
         "workloads": {},
     }
@@ -140,8 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{result['workload']}: measured median {result['measured_median_ms']:.2f} ms")
         _print_spans("synchronized", result["synchronized"])
         _print_spans("unsynchronized", result["unsynchronized"])
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "timeline_check.json").write_text(json.dumps(report, indent=1))
+    records.write_record(args.out, "timeline_check.json", report)
     return 0
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from experiments import measure as driver
 from learn_parallel.devices import Device
 from learn_parallel.lab import measure
 from learn_parallel.lab.plots import plot_measurement
@@ -24,9 +25,9 @@ def _well_formed(m: measure.Measurement) -> None:
     assert m.title and m.xlabel and "(" in m.ylabel, "the y label names its unit"
 
 
-@pytest.mark.parametrize("key", list(measure.MEASUREMENTS))
+@pytest.mark.parametrize("key", list(driver.MEASUREMENTS))
 def test_every_measurement_runs_on_simulated_devices(key):
-    m = measure.MEASUREMENTS[key](DEVICES)
+    m = driver.MEASUREMENTS[key](DEVICES)
     _well_formed(m)
     assert m.key == key
     clock = "bytes of live tensors" if key == "peak_memory" else "host clock"
@@ -77,32 +78,32 @@ def test_threads_per_call_computes_what_parallel_apply_computes():
 
 
 def test_the_cli_writes_what_load_recorded_reads(tmp_path, monkeypatch):
-    assert measure.main(["--out", str(tmp_path / "sim-x2"), "--devices", "2"]) == 0
+    assert driver.main(["--out", str(tmp_path / "sim-x2"), "--devices", "2"]) == 0
     report = json.loads((tmp_path / "sim-x2" / "chapters.json").read_text())
     assert (
         report["command"]
-        == f"python -m learn_parallel.lab.measure --out {tmp_path / 'sim-x2'} --devices 2"
+        == f"python -m experiments.measure --out {tmp_path / 'sim-x2'} --devices 2"
     )
     monkeypatch.setenv("LEARN_PARALLEL_DATA", str(tmp_path))
     recorded = measure.load_recorded("sim-x2")
     assert recorded.hardware == "2 simulated CPU devices (host clock)"
-    assert set(recorded.measurements) == set(measure.MEASUREMENTS)
+    assert set(recorded.measurements) == set(driver.MEASUREMENTS)
     assert recorded.measurement("matmul").x == ["sim:0", "sim:1"]
-    assert set(recorded.timelines) == set(measure.TIMELINES)
+    assert set(recorded.timelines) == set(driver.TIMELINES)
     with pytest.raises(KeyError, match="has no measurement 'nope'"):
         recorded.measurement("nope")
 
 
 def test_the_cli_refuses_more_devices_than_there_are(capsys):
     with pytest.raises(SystemExit):
-        measure.main(["--out", "unused", "--devices", "99"])
+        driver.main(["--out", "unused", "--devices", "99"])
     assert "--devices must be between 1 and 4, got 99" in capsys.readouterr().err
 
 
 def test_the_recorded_h200_run_is_complete():
     recorded = measure.load_recorded("h200-x4")
     assert recorded.hardware == "4 x NVIDIA H200 (CUDA events)"
-    assert set(recorded.measurements) == set(measure.MEASUREMENTS)  # peak_memory too: GPUs
+    assert set(recorded.measurements) == set(driver.MEASUREMENTS)  # peak_memory too: GPUs
     for m in recorded.measurements.values():
         _well_formed(m)
     assert recorded.measurement("scatter_copy").x == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]

@@ -1,0 +1,83 @@
+"""Every chapter's per-device measurement on this machine: ``chapters.json``.
+
+    python -m experiments.measure --out DIR [--devices N]
+
+Feeds every chapter's "recorded on GPUs" plot (devices, scatter, replicate, gather,
+parallel_apply, data_parallel, source_device, tuple_parallel, pitfalls, performance):
+``book/data/record_gpu_runs.sh`` (part ``measure``) runs it twice on a GPU machine and
+copies ``DIR/chapters.json`` (and the second run as ``chapters-repeat.json``) into
+``learn_parallel/lab/recorded/<machine>/``, which `learn_parallel.lab.measure.load_recorded`
+reads back.
+"""
+
+from __future__ import annotations
+
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from learn_parallel.devices import Device, device_count, resolve_device_ids
+from learn_parallel.lab import measure, records
+from learn_parallel.lab.timing import Timeline, hardware_label
+
+MEASUREMENTS: dict[str, Callable[[Sequence[Device]], measure.Measurement | None]] = {
+    "matmul": measure.matmul,
+    "source_check": measure.source_check,
+    "scatter_copy": measure.scatter_copy,
+    "replicate_copy": measure.replicate_copy,
+    "replica_forward": measure.replica_forward,
+    "gather_targets": measure.gather_targets,
+    "tuple_vs_data_parallel": measure.tuple_vs_data_parallel,
+    "peak_memory": measure.peak_memory,
+    "worker_overhead": measure.worker_overhead,
+}
+TIMELINES: dict[str, Callable[[Sequence[Device]], Timeline]] = {
+    "parallel_apply": measure.parallel_apply_timeline,
+    "training": measure.training_timeline,
+}
+
+
+def record_all(devices: Sequence[Device], command: str = "", progress: bool = True) -> dict:
+    """Run every chapter's measurement on ``devices``; a dict ready for chapters.json."""
+    report: dict[str, Any] = {
+        "schema": "learn_parallel.lab.measure/1",
+        **records.run_metadata(command),
+        "python_version": platform.python_version(),
+        "hardware": hardware_label(devices),
+        "measurements": {},
+        "timelines": {},
+    }
+    for key, fn in [*MEASUREMENTS.items(), *TIMELINES.items()]:
+        t0 = time.perf_counter()
+        result = fn(devices)
+        if isinstance(result, Timeline):
+            report["timelines"][key] = result.to_dict()
+        elif result is not None:
+            report["measurements"][key] = asdict(result)
+        if progress:
+            print(f"{key}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = records.driver_parser("experiments.measure", __doc__, "chapters.json")
+    parser.add_argument("--devices", type=int, default=None, help="how many (default: all)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    count = device_count() if args.devices is None else args.devices
+    if not 1 <= count <= device_count():
+        parser.error(f"--devices must be between 1 and {device_count()}, got {count}.")
+    devices = resolve_device_ids(list(range(count)))
+    if devices[0].is_simulated:
+        print("Devices are simulated on the CPU: timings are host clocks, not GPU times.")
+    command = shlex.join(["python", "-m", "experiments.measure", *argv])
+    records.write_record(args.out, "chapters.json", record_all(devices, command))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,105 @@
+"""Recorded runs: the one place they are read from, and what every recording carries.
+
+The runs recorded on GPU machines ship inside the package, one folder per machine
+(``learn_parallel/lab/recorded/<machine>``, found through ``importlib.resources`` so a
+wheel finds them too); ``$LEARN_PARALLEL_DATA`` names another folder of machines
+instead (a run just recorded elsewhere). ``book/data/record_gpu_runs.sh`` writes each
+part either straight into a machine's folder or into a subfolder named after the part
+(``ladder/ladder.json``): `recorded_file` looks at both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from learn_parallel.devices import Device, device_count, resolve_device_ids
+
+DATA_ENV = "LEARN_PARALLEL_DATA"
+
+
+def recorded_root() -> Path:
+    """The folder that holds one folder per recorded machine."""
+    if os.environ.get(DATA_ENV):
+        return Path(os.environ[DATA_ENV])
+    # An installed package (a wheel too) is files on disk: a plain Path, with stat().
+    return Path(str(resources.files("learn_parallel.lab") / "recorded"))
+
+
+def recorded_file(name: str, machine: str = "h200-x2") -> Path | None:
+    """``name`` recorded on ``machine``, directly in its folder or one level down; else None."""
+    folder = recorded_root() / machine
+    if not folder.is_dir():
+        return None
+    for path in [folder / name, *sorted(folder.glob(f"*/{name}"))]:
+        if path.is_file():
+            return path
+    return None
+
+
+def read_json(name: str, machine: str) -> dict[str, Any] | None:
+    """The JSON ``name`` of ``machine``, or None (quietly) when it was not recorded."""
+    path = recorded_file(name, machine)
+    return json.loads(path.read_text()) if path is not None else None
+
+
+def load_json(name: str, machine: str = "h200-x2") -> dict[str, Any] | None:
+    """The JSON ``name`` of ``machine``, or None with one line saying what is missing.
+
+    A chapter goes on without it: the live measurements still run.
+    """
+    data = read_json(name, machine)
+    if data is None:
+        print(
+            f"No recorded {name} for {machine} in {recorded_root()}: the recorded plots are "
+            "skipped, the live ones still run (book/data/record_gpu_runs.sh records it)."
+        )
+    return data
+
+
+def run_metadata(command: str) -> dict[str, Any]:
+    """When, with what and by which command a recording was made (each adds its hardware)."""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "torch_version": torch.__version__,
+    }
+
+
+def driver_parser(
+    module: str, doc: str | None, record: str, devices: int | None = None
+) -> argparse.ArgumentParser:
+    """The argument parser of an experiment driver: its docstring, ``--out`` for ``record``
+    and, given a default count, ``--devices`` (read back with `first_devices`)."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {module}",
+        description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", type=Path, required=True, help=f"folder for {record}")
+    if devices is not None:
+        parser.add_argument(
+            "--devices", type=int, default=devices, help=f"how many devices (default {devices})"
+        )
+    return parser
+
+
+def first_devices(count: int) -> list[Device]:
+    """This machine's first ``count`` devices, or all of them where it has fewer."""
+    return resolve_device_ids(list(range(min(count, device_count()))))
+
+
+def write_record(out: Path, name: str, report: dict[str, Any]) -> Path:
+    """Write ``report`` as ``out/name`` (JSON) and say where."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / name
+    path.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {path}")
+    return path
