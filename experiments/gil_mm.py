@@ -19,7 +19,7 @@ Two measurements, on the CPU (no GPU needed):
    threads overlapped; near 1 or below, that they took turns. The ratio depends on how many
    cores are free, so the load average and core count are printed with it.
 
-Run: ``python probes/gil_mm.py`` (prints one JSON object).
+Run: ``python experiments/gil_mm.py`` (prints one JSON object).
 """
 
 from __future__ import annotations

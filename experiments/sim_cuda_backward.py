@@ -1,6 +1,6 @@
 """Can simulated devices and CUDA autograd share one process? (feeds the devices chapter's
 table and the README's one-GPU note; run on a GPU machine, one variant per fresh process:
-``python probes/sim_cuda_backward.py``)."""
+``python experiments/sim_cuda_backward.py``)."""
 
 import subprocess
 import sys
