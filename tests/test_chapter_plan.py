@@ -1,6 +1,7 @@
 """The chapters' device plan (learn_parallel/lab/chapter.py) on a machine without GPUs.
 
-The one-GPU and multi-GPU plans are tested in tests/test_gpu_one.py on GPU machines.
+The decision for 0, 1, 2 and 8 GPUs is tested here with the GPU count faked; the one-GPU
+plan itself is tested in tests/test_gpu_one.py on a GPU machine.
 """
 
 from __future__ import annotations
@@ -73,3 +74,39 @@ def test_a_meta_layer_on_one_device_is_named_at_construction():
     model[1].running_mean = torch.zeros(8, device="meta")
     with pytest.raises(ValueError, match=r"buffer '1.running_mean' is on the meta device"):
         lp.DataParallel(model, device_ids=[0])
+
+
+@pytest.mark.parametrize(
+    ("gpus", "simulated", "line"),
+    [
+        (0, True, "Simulated devices, as this machine has no GPU."),
+        (1, True, "Simulated devices, as this machine has 1 GPU."),
+        (2, False, "2 GPUs: the lessons run on them."),
+        (8, False, "8 GPUs: the lessons run on them."),
+    ],
+)
+def test_the_plan_decision_for_each_gpu_count(monkeypatch, gpus, simulated, line):
+    # The decision alone, with the GPU count faked: GPUs from two up run the lessons;
+    # one GPU (Colab) or none switches this process, and what it starts, to simulated devices.
+    from learn_parallel.devices import simulate_for_lessons
+
+    monkeypatch.delenv("LEARN_PARALLEL_SIMULATE", raising=False)
+    monkeypatch.delenv("LEARN_PARALLEL_SIMULATED_DEVICES", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert simulate_for_lessons(2) == line
+    assert (os.environ.get("LEARN_PARALLEL_SIMULATE") == "1") is simulated
+
+
+def test_forcing_simulation_beside_gpus_is_said(monkeypatch):
+    from learn_parallel.devices import simulate_for_lessons
+
+    monkeypatch.setenv("LEARN_PARALLEL_SIMULATE", "1")
+    monkeypatch.setenv("LEARN_PARALLEL_SIMULATED_DEVICES", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert simulate_for_lessons(2) == (
+        "Simulated devices, as LEARN_PARALLEL_SIMULATE=1 (2 GPUs visible); "
+        "LEARN_PARALLEL_SIMULATED_DEVICES=1 raised to 2, so a batch can be split."
+    )
+    assert os.environ["LEARN_PARALLEL_SIMULATED_DEVICES"] == "2"
