@@ -13,7 +13,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
-FILES = ["tests/track/test_tasks.py", ".github/classroom/autograde.yml", "pyproject.toml"]
+FILES = ["tests/classroom/track/test_tasks.py", ".github/classroom/autograde.yml", "pyproject.toml"]
 
 
 def without_outputs(text: str) -> str:

@@ -1,7 +1,7 @@
 """Count the calls of one `learn_parallel.devices` function, wherever the package calls it.
 
 Used by ``experiments/host_time.py`` (calls of ``to_device`` per forward, in its record)
-and by ``tests/test_resolve_once.py`` (none in a training step); it imports nothing from
+and by ``tests/core/test_resolve_once.py`` (none in a training step); it imports nothing from
 the lab.
 """
 

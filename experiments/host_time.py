@@ -3,7 +3,7 @@
     python -m experiments.host_time [--json]
 
 No chapter plots it: it is the evidence that devices are resolved once per wrapper
-(``book/data/README.md``; ``tests/test_resolve_once.py`` checks the same on simulated
+(``book/data/README.md``; ``tests/core/test_resolve_once.py`` checks the same on simulated
 devices). ``book/data/record_gpu_runs.sh`` (part ``host_time``) writes its JSON to
 ``host_time/{after,before}-N.json`` (``BEFORE=DIR`` times an older checkout too).
 

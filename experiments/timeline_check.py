@@ -15,7 +15,7 @@ the GPU clock as on the host clock.
 
 Everything goes to ``DIR/timeline_check.json``, which the data_parallel and performance
 chapters read (``book/data/record_gpu_runs.sh``, part ``timeline``, runs it on 2 GPUs);
-``tests/test_gpu_timeline.py`` checks the same on any GPU machine.
+``tests/gpu/test_gpu_timeline.py`` checks the same on any GPU machine.
 """
 
 from __future__ import annotations

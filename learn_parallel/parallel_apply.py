@@ -37,12 +37,6 @@ from learn_parallel.phases import phase
 
 
 # [caller-state]
-def _saved_tensors_hooks() -> tuple[Callable, Callable] | None:
-    """The innermost ``saved_tensors_hooks`` (``save_on_cpu`` ...) of this thread, if any."""
-    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
-    return None if top is None else top(False)
-
-
 @dataclass(frozen=True)
 class CallerState:
     """The caller's thread-local settings that a worker must adopt for one job."""
@@ -57,13 +51,15 @@ class CallerState:
     @classmethod
     def capture(cls, device: Device) -> CallerState:
         kind = device.torch_device.type
+        # The innermost saved_tensors_hooks (save_on_cpu ...) of this thread, if any.
+        top_hooks = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
         return cls(
             grad_enabled=torch.is_grad_enabled(),
             inference_mode=torch.is_inference_mode_enabled(),
             autocast_enabled=torch.is_autocast_enabled(kind),
             autocast_dtype=torch.get_autocast_dtype(kind),
             stream=None if device.is_simulated else torch.cuda.current_stream(device.index),
-            saved_tensors_hooks=_saved_tensors_hooks(),
+            saved_tensors_hooks=None if top_hooks is None else top_hooks(False),
         )
 
     def applied(self, device: Device) -> ExitStack:
@@ -87,20 +83,15 @@ class CallerState:
 
 
 # [replica-error]
-def _run(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
-    """``call()``'s result, or the exception it raised (this frame ends before it is kept)."""
-    try:
-        return call(), None
-    except BaseException as error:  # reported to the caller, never kills the worker
-        return None, error
-
-
-def _raise_from_replica(error: BaseException, replica: int, device: Device) -> NoReturn:
+def _raise_from_replica(jobs: Sequence[_Job], replica: int, device: Device) -> NoReturn:
     """Raise the replica's own exception again in the caller, saying where it came from.
 
     The very same object goes up (type, attributes, ``__cause__``, the worker's
     traceback), so ``except MyError`` still catches it; a note names the replica.
     """
+    error = jobs[replica].failure
+    for job in jobs:  # the caller's frame (in the traceback) must not hold the error: a cycle
+        job.failure = job.result = None
     note = (
         f"Caught {type(error).__name__} in replica {replica} on device "
         f"{device.describe()}; the traceback above the learn_parallel frames is "
@@ -134,11 +125,13 @@ class _Job:
         self.failure: BaseException | None = None
 
     def execute(self) -> None:
-        self.result, self.failure = _run(self.call)
-        if self.failure is not None:
+        try:
+            self.result = self.call()
+        except BaseException as error:  # reported to the caller, never kills the worker
             # The traceback's frames would keep the replica, its inputs and activations
             # alive as long as the exception: keep its lines, not its variables.
-            traceback.clear_frames(self.failure.__traceback__)
+            traceback.clear_frames(error.__traceback__)
+            self.failure = error
         self.call = None  # drop the replica and its inputs as soon as possible
 
     def run(self) -> None:
@@ -289,18 +282,10 @@ def parallel_apply(
     for job in jobs:
         job.done.wait()
 
-    for replica, (job, device) in enumerate(zip(jobs, devices)):
+    for replica, job in enumerate(jobs):
         if job.failure is not None:
-            # Taken out of the jobs first: a traceback frame holding it would be a cycle.
-            _raise_from_replica(_take_failure(jobs, replica), replica, device)
+            _raise_from_replica(jobs, replica, devices[replica])
     return [job.result for job in jobs]
-
-
-def _take_failure(jobs: Sequence[_Job], replica: int) -> BaseException:
-    error = jobs[replica].failure
-    for job in jobs:
-        job.failure = job.result = None
-    return error
 
 
 def _bind(module: nn.Module, args, kwargs, device: Device, state: CallerState):

@@ -3,9 +3,41 @@ by tensor, in float64."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 TOL = {"rtol": 1e-10, "atol": 1e-12}
+
+
+class SimDevices(Sequence):
+    """``torch.device("sim", i)`` for ``i < count``, made on first use, never at import.
+
+    Making one registers the simulated device type with PyTorch, and after that CUDA's
+    autograd fails in the same process (an internal assert in the engine; the devices
+    chapter shows it). A module constant made at import would do it while pytest
+    collects, before any GPU test of the same run (conftest checks that none does).
+    """
+
+    def __init__(self, count: int = 4) -> None:
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __eq__(self, other: object) -> bool:  # compares like the list it stands for
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None
+
+    def __getitem__(self, index):
+        from learn_parallel.devices import Device
+
+        if isinstance(index, slice):
+            return [self[i] for i in range(self.count)[index]]
+        if not -self.count <= index < self.count:
+            raise IndexError(index)
+        return Device("sim", index % self.count).torch_device
 
 
 def assert_same(a, b, tol: dict[str, float] = TOL) -> None:

@@ -18,6 +18,22 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f"needs at least {needed} CUDA GPU(s)"))
 
 
+def pytest_collection_finish(session):
+    """No test module may make a simulated device while pytest imports it.
+
+    Registering the ``sim`` device type breaks CUDA's autograd for the rest of the
+    process (an internal assert in the engine), so a module constant such as
+    ``torch.device("sim", 0)`` would fail every GPU test of the same run. Make such
+    devices on first use (``_training.SimDevices``) or inside the test.
+    """
+    if torch._C._get_privateuse1_backend_name() == "sim":
+        raise pytest.UsageError(
+            "A test module registered the simulated device type while pytest collected the "
+            "tests; every CUDA backward of this run would then fail. Make simulated devices "
+            "inside the tests or with _training.SimDevices, not at import."
+        )
+
+
 @pytest.fixture(autouse=True)
 def _device_kind(request, monkeypatch):
     """GPU tests see the real GPUs; every other test sees the documented default,

@@ -34,9 +34,9 @@ python -c "import torch; print(torch.__version__, torch.version.cuda)" > "$rec/v
 
 if [[ $parts == *" tests "* ]]; then
   # On one GPU this runs the tests marked one_gpu and skips those that need two. The README's
-  # first example (tests/test_readme.py) runs on the real GPU too.
+  # first example (tests/book/test_readme.py) runs on the real GPU too.
   timeout 300 python -m pytest -m gpu -q -rs -p no:cacheprovider tests/ 2>&1 | tee "$rec/gpu-tests.log" | tail -25
-  timeout 120 python -m pytest -q -p no:cacheprovider tests/test_readme.py 2>&1 | tee -a "$rec/gpu-tests.log" | tail -3
+  timeout 120 python -m pytest -q -p no:cacheprovider tests/book/test_readme.py 2>&1 | tee -a "$rec/gpu-tests.log" | tail -3
 fi
 if [[ $parts == *" measure "* ]]; then
   timeout 300 python -m experiments.measure --out "$rec" 2>&1 | tee "$extras/measure.log" | tail -15
@@ -60,10 +60,13 @@ if [[ $parts == *" workers "* ]]; then
 fi
 if [[ $parts == *" timeline "* ]]; then
   # Recorded step spans vs measured step times, with and without syncs between recorded
-  # steps, and the event/host clock alignment; then the GPU test that checks them.
+  # steps, and the event/host clock alignment; what recording costs (Recorder vs
+  # torch.profiler, experiments/recorder_cost.py); then the GPU test that checks the spans.
   timeout 150 python -m experiments.timeline_check --out "$work/timeline" --devices 2 \
     2>&1 | tee "$work/timeline.log" | tail -40
-  timeout 150 python -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_timeline.py 2>&1 \
+  timeout 150 python -m experiments.recorder_cost --out "$work/timeline" --devices 2 2>&1 \
+    | grep -v "^USDT" | tee "$work/recorder_cost.log" | tail -30
+  timeout 150 python -m pytest -m gpu -q -p no:cacheprovider tests/gpu/test_gpu_timeline.py 2>&1 \
     | tee "$work/timeline-tests.log" | tail -15
 fi
 if [[ $parts == *" gatherprobe "* ]]; then
@@ -83,7 +86,7 @@ if [[ $parts == *" ddp "* ]]; then
   # learn_parallel.DistributedDataParallel vs torch's DDP vs learn_parallel.DataParallel on
   # 2 GPUs (ResNet-18 and the MLP), with per-rank timelines; plus its GPU tests.
   mkdir -p "$work/ddp"
-  timeout 90 python -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_distributed.py 2>&1 \
+  timeout 90 python -m pytest -m gpu -q -p no:cacheprovider tests/gpu/test_gpu_distributed.py 2>&1 \
     | tee "$work/ddp-gpu-tests.log" | tail -15
   timeout 150 python -m experiments.ddp_timeline --out "$work/ddp" --world 2 --steps 30 \
     --timeout 120 2>&1 | tee "$work/ddp.log" | tail -25

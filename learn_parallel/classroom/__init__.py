@@ -29,7 +29,7 @@ _CHECKS: dict[str, Check] = {}
 _CHAPTERS: dict[str, str] = {}
 _TITLES: dict[str, str] = {}
 POINTS = 1  # what the grader gives an exercise whose check passes
-# The chapters with exercises, in the book's order (tests/test_classroom.py compares it
+# The chapters with exercises, in the book's order (tests/classroom/test_classroom.py compares it
 # with _toc.yml); each has a check module of the same name.
 CHAPTERS = (
     "intro",

@@ -17,9 +17,9 @@ REPOSITORY_URL = "https://github.com/learn-parallel/learn-parallel"
 
 
 def repository() -> Path:
-    """The folder that holds ``book/``, ``tests/track/`` and ``.github/classroom/``."""
+    """The folder that holds ``book/``, ``tests/classroom/track/`` and ``.github/classroom/``."""
     checkout = PACKAGE.parent
-    if (checkout / "book").is_dir() and (checkout / "tests" / "track").is_dir():
+    if (checkout / "book").is_dir() and (checkout / "tests" / "classroom" / "track").is_dir():
         return checkout
     if (SHIPPED / "book").is_dir():
         return SHIPPED
@@ -35,8 +35,8 @@ def book() -> Path:
 
 
 def track_tests() -> Path:
-    """The build-it-yourself track's tests (``tests/track/test_tasks.py``)."""
-    return repository() / "tests" / "track" / "test_tasks.py"
+    """The build-it-yourself track's tests (``tests/classroom/track/test_tasks.py``)."""
+    return repository() / "tests" / "classroom" / "track" / "test_tasks.py"
 
 
 def workflow() -> Path:

@@ -18,7 +18,7 @@ from learn_parallel.lab import bench
 from learn_parallel.lab.processes import share
 from learn_parallel.lab.timing import Timeline
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository: tests/lab/ is two below
 
 
 def _bench(out: Path, *options: str, gpus: bool = False) -> tuple[dict, str]:

@@ -16,15 +16,14 @@ import copy
 
 import pytest
 import torch
+from _training import SimDevices
 from torch import nn
 
 import learn_parallel as lp
-from learn_parallel.devices import Device
 from learn_parallel.sim import max_memory_allocated, memory_allocated, reset_peak_memory_stats
 
-SIM = [Device("sim", i).torch_device for i in range(4)]
+SIM = SimDevices(4)
 IDS = [0, 1, 2, 3]
-SOURCE = SIM[0]
 TOL = {"rtol": 1e-10, "atol": 1e-12}
 
 
@@ -55,17 +54,17 @@ def test_adding_pieces_from_two_devices_fails_like_on_gpus():
 
 
 def test_a_replicas_output_added_to_a_tensor_on_the_source_device_fails():
-    net = nn.Linear(3, 2).to(SOURCE)
+    net = nn.Linear(3, 2).to(SIM[0])
     replicas = lp.replicate(net, [0, 1])
     out = replicas[1](torch.randn(4, 3, device=SIM[1]))
     with pytest.raises(RuntimeError, match=mixing("sim:1", "sim:0")):
-        out + torch.zeros(4, 2, device=SOURCE)
-    assert (out.to(SOURCE) + torch.zeros(4, 2, device=SOURCE)).device == SOURCE  # the fix
+        out + torch.zeros(4, 2, device=SIM[0])
+    assert (out.to(SIM[0]) + torch.zeros(4, 2, device=SIM[0])).device == SIM[0]  # the fix
 
 
 def test_a_model_left_on_the_cpu_while_the_batch_is_on_device_0_fails():
     net = nn.Linear(3, 2)
-    x = torch.randn(4, 3, device=SOURCE)
+    x = torch.randn(4, 3, device=SIM[0])
     with pytest.raises(RuntimeError, match=mixing("sim:0", "cpu")):
         net(x)
     with pytest.raises(RuntimeError, match=r"on device sim:0 .*'weight' is on cpu.*to\('sim:0'\)"):
@@ -113,7 +112,7 @@ def test_moving_between_devices_copies():
 
 def test_scattered_pieces_are_copies_except_piece_0_already_on_device_0():
     # As on GPUs: .to() of a chunk already on its device returns the chunk, a view.
-    x = torch.arange(8.0, device=SOURCE)
+    x = torch.arange(8.0, device=SIM[0])
     pieces = lp.scatter(x, IDS)
     assert pieces[0].data_ptr() == x.data_ptr()
     assert all(p.data_ptr() != x.data_ptr() + 8 * i for i, p in enumerate(pieces) if i)
@@ -128,7 +127,7 @@ def test_scattered_pieces_are_copies_except_piece_0_already_on_device_0():
 
 
 def test_replicas_own_their_parameters_on_their_devices():
-    net = nn.Linear(3, 2).to(SOURCE)
+    net = nn.Linear(3, 2).to(SIM[0])
     replicas = lp.replicate(net, IDS)
     assert [r.weight.device for r in replicas] == SIM
     assert len({r.weight.data_ptr() for r in replicas}) == 4
@@ -139,19 +138,19 @@ def test_replicas_own_their_parameters_on_their_devices():
 
 def test_notebook_cell_cat_of_per_replica_outputs_fails():
     # parallel_apply chapter: torch.cat(outputs) joined outputs from four devices.
-    model = nn.Linear(3, 2).to(SOURCE)
-    inputs = lp.scatter(torch.randn(8, 3, device=SOURCE), IDS)
+    model = nn.Linear(3, 2).to(SIM[0])
+    inputs = lp.scatter(torch.randn(8, 3, device=SIM[0]), IDS)
     outputs = lp.parallel_apply(lp.replicate(model, IDS), inputs)
     with pytest.raises(RuntimeError, match=mixing("sim:0", "sim:1")):
         torch.cat(outputs)
-    assert lp.gather(outputs, SOURCE).shape == (8, 2)  # the fix the chapter uses
+    assert lp.gather(outputs, SIM[0]).shape == (8, 2)  # the fix the chapter uses
 
 
 def test_notebook_cell_every_replica_fed_the_source_devices_batch_fails():
     # replicate chapter: sum(r(x).sum() for r in replicas) with x on the source device.
-    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh()).to(SOURCE)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh()).to(SIM[0])
     replicas = lp.replicate(model, IDS)
-    x = torch.randn(5, 3, device=SOURCE)
+    x = torch.randn(5, 3, device=SIM[0])
     # Replica 1's weights are on sim:1 (its bias comes first in addmm), x on sim:0.
     with pytest.raises(RuntimeError, match=mixing("sim:1", "sim:0")):
         sum(r(x).sum() for r in replicas).backward()
@@ -159,8 +158,8 @@ def test_notebook_cell_every_replica_fed_the_source_devices_batch_fails():
 
 def test_notebook_cell_sum_of_per_replica_losses_fails():
     # replicate chapter's exercise: sum(r(p).sum() for r, p in zip(replicas, pieces)).
-    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh()).to(SOURCE)
-    pieces = lp.scatter(torch.randn(10, 3, device=SOURCE), IDS)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh()).to(SIM[0])
+    pieces = lp.scatter(torch.randn(10, 3, device=SIM[0]), IDS)
     replicas = lp.replicate(model, IDS)
     with pytest.raises(RuntimeError, match=mixing("sim:0", "sim:1")):
         sum(r(p).sum() for r, p in zip(replicas, pieces))
@@ -168,18 +167,18 @@ def test_notebook_cell_sum_of_per_replica_losses_fails():
 
 def test_notebook_cell_weighted_sum_of_scattered_pieces_fails():
     # scatter chapter: sum(((i + 1) * p).sum() for i, p in enumerate(pieces)).backward()
-    x = torch.arange(10.0, device=SOURCE, requires_grad=True)
+    x = torch.arange(10.0, device=SIM[0], requires_grad=True)
     pieces = lp.scatter(x, IDS)
     with pytest.raises(RuntimeError, match=mixing("sim:0", "sim:1")):
         sum(((i + 1) * p).sum() for i, p in enumerate(pieces)).backward()
     # The fix: bring every term to one device first; gradients flow back through Scatter.
-    sum(((i + 1) * p).sum().to(SOURCE) for i, p in enumerate(pieces)).backward()
+    sum(((i + 1) * p).sum().to(SIM[0]) for i, p in enumerate(pieces)).backward()
     assert x.grad.tolist() == [1.0] * 3 + [2.0] * 3 + [3.0] * 3 + [4.0]
 
 
 def test_notebook_cell_stack_of_per_replica_means_fails():
     # gather chapter's check: torch.stack([p.mean() for p in lp.scatter(...)]).
-    per_row = torch.rand(8, device=SOURCE)
+    per_row = torch.rand(8, device=SIM[0])
     with pytest.raises(RuntimeError, match=mixing("sim:0", "sim:1")):
         torch.stack([p.mean() for p in lp.scatter(per_row, IDS)])
 
@@ -199,8 +198,8 @@ class Dropper(nn.Module):
 
 def seeded_step(seed: int, disturb_cpu: bool = False) -> tuple[torch.Tensor, list]:
     torch.manual_seed(seed)
-    model = Dropper().to(SOURCE)
-    x = torch.ones(32, 16, device=SOURCE)
+    model = Dropper().to(SIM[0])
+    x = torch.ones(32, 16, device=SIM[0])
     if disturb_cpu:
         torch.rand(1000)  # draws from the CPU's generator only
     out = lp.DataParallel(model, IDS)(x)
@@ -284,7 +283,7 @@ def test_peak_memory_is_kept_until_reset():
 
 
 def test_replication_puts_a_copy_of_the_parameters_on_each_other_device():
-    net = nn.Linear(100, 50).to(SOURCE)  # 5050 floats: 20200 bytes
+    net = nn.Linear(100, 50).to(SIM[0])  # 5050 floats: 20200 bytes
     before = [memory_allocated(i) for i in IDS]
     replicas = lp.replicate(net, IDS, detach=True)
     grown = [memory_allocated(i) - b for i, b in zip(IDS, before)]

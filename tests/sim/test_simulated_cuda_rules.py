@@ -17,13 +17,13 @@ import threading
 import numpy as np
 import pytest
 import torch
+from _training import SimDevices
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from learn_parallel.devices import Device
 from learn_parallel.sim import memory_allocated
 
-SIM = [Device("sim", i).torch_device for i in range(4)]
+SIM = SimDevices(4)
 
 
 @pytest.fixture(autouse=True)

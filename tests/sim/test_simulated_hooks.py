@@ -8,25 +8,24 @@ of ending the process.
 
 import pytest
 import torch
+from _training import SimDevices
 
-from learn_parallel.devices import Device
-
-SIM0 = Device("sim", 0).torch_device
+SIM = SimDevices(1)
 
 
 def test_setting_data_shares_the_new_tensors_storage():
-    param = torch.nn.Parameter(torch.zeros(3, device=SIM0))
-    flat = torch.ones(5, device=SIM0)
+    param = torch.nn.Parameter(torch.zeros(3, device=SIM[0]))
+    flat = torch.ones(5, device=SIM[0])
     with torch.no_grad():
         param.data = flat[1:4].view(3)
         flat.fill_(7.0)
-    assert param.device == SIM0 and param.data_ptr() == flat[1:].data_ptr()
+    assert param.device == SIM[0] and param.data_ptr() == flat[1:].data_ptr()
     assert torch.equal(param.detach().cpu(), torch.full((3,), 7.0))
 
 
 @pytest.mark.parametrize("kind", ["register_hook", "register_post_accumulate_grad_hook"])
 def test_a_hook_that_raises_stops_backward_with_its_own_exception(kind):
-    w = torch.ones(3, dtype=torch.double, device=SIM0, requires_grad=True)
+    w = torch.ones(3, dtype=torch.double, device=SIM[0], requires_grad=True)
     ran = []
 
     def refuse(_):
@@ -38,7 +37,7 @@ def test_a_hook_that_raises_stops_backward_with_its_own_exception(kind):
         (w * 2).sum().backward()
     assert ran == [True]
     # Nothing is left behind: a later backward with a hook that returns normally works.
-    v = torch.ones(3, dtype=torch.double, device=SIM0, requires_grad=True)
+    v = torch.ones(3, dtype=torch.double, device=SIM[0], requires_grad=True)
     getattr(v, kind)(lambda _: None)
     (v * 2).sum().backward()
     torch.testing.assert_close(v.grad.cpu(), torch.full((3,), 2.0, dtype=torch.double))

@@ -21,6 +21,7 @@ from collections import namedtuple
 
 import pytest
 import torch
+from _training import SimDevices
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -28,7 +29,7 @@ from learn_parallel import DataParallel, PerDeviceCollate, TupleParallel, device
 from learn_parallel.devices import Device
 
 TOL = {"rtol": 1e-10, "atol": 1e-12}
-SIM = [Device("sim", i).torch_device for i in range(4)]
+SIM = SimDevices(4)
 Pair = namedtuple("Pair", ["x", "y"])
 
 

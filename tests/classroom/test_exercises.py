@@ -2,7 +2,7 @@
 known wrong answer.
 
 The stub, check and solution come from the chapter notebooks' tagged cells (one
-source); the wrong answers from ``tests/exercise_wrong_answers/<chapter>.py``. Each
+source); the wrong answers from ``tests/classroom/exercise_wrong_answers/<chapter>.py``. Each
 runs in a namespace made by the chapter's first (setup) code cell, as in the notebook.
 New chapters and new wrong-answer modules are picked up automatically.
 """
@@ -21,7 +21,7 @@ from learn_parallel.classroom import exercises as registered_exercises
 from learn_parallel.classroom.notebooks import exercises, namespace, read
 from learn_parallel.devices import device_count, device_type
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "book"
 WRONG = Path(__file__).resolve().parent / "exercise_wrong_answers"
 

@@ -1,7 +1,7 @@
 """The chapters' device plan (learn_parallel/lab/chapter.py) on a machine without GPUs.
 
 The decision for 0, 1, 2 and 8 GPUs is tested here with the GPU count faked; the one-GPU
-plan itself is tested in tests/test_gpu_one.py on a GPU machine.
+plan itself is tested in tests/gpu/test_gpu_one.py on a GPU machine.
 """
 
 from __future__ import annotations

@@ -9,13 +9,14 @@ import weakref
 
 import pytest
 import torch
+from _training import SimDevices
 from torch import nn
 
 import learn_parallel as lp
 from learn_parallel.parallel_apply import worker_threads
 
-SOURCE = lp.Device("sim", 0).torch_device
-KIND = SOURCE.type  # "sim": simulated devices have an autocast of their own, like "cuda"
+SIM = SimDevices(4)  # SIM[0] is device_ids[0]: models live there, outputs land there
+KIND = "sim"  # "sim": simulated devices have an autocast of their own, like "cuda"
 
 
 class Probe(nn.Module):
@@ -60,7 +61,7 @@ def test_workers_adopt_grad_mode_and_autocast_with_its_dtype():
 
 
 def test_autocast_really_applies_inside_replicas():
-    net = nn.Linear(4, 4).to(SOURCE)
+    net = nn.Linear(4, 4).to(SIM[0])
     with torch.autocast(KIND, dtype=torch.bfloat16):
         out = lp.DataParallel(net, [0, 1])(torch.randn(6, 4))
     assert out.dtype == torch.bfloat16
@@ -70,10 +71,10 @@ def test_autocast_really_applies_inside_replicas():
 
 def test_cpu_autocast_does_not_reach_simulated_devices():
     # As on GPUs, where autocast("cpu") leaves CUDA tensors alone.
-    net = nn.Linear(4, 4).to(SOURCE)
+    net = nn.Linear(4, 4).to(SIM[0])
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = lp.DataParallel(net, [0, 1])(torch.randn(6, 4))
-    assert out.device == SOURCE and out.dtype == torch.float32
+    assert out.device == SIM[0] and out.dtype == torch.float32
 
 
 def test_inputs_may_be_single_objects_and_kwargs_are_passed():
@@ -141,8 +142,8 @@ def test_nested_data_parallel_inside_a_replica_does_not_hang():
             here = x.device.index
             return lp.data_parallel(self.inner, x, [here, 1 - here])
 
-    outer = Outer().to(SOURCE)
-    x = torch.randn(8, 2, device=SOURCE)
+    outer = Outer().to(SIM[0])
+    x = torch.randn(8, 2, device=SIM[0])
     result = []
     runner = threading.Thread(target=lambda: result.append(lp.DataParallel(outer, [0, 1])(x)))
     runner.start()
@@ -153,10 +154,10 @@ def test_nested_data_parallel_inside_a_replica_does_not_hang():
 
 def test_no_thread_leak_from_many_data_parallel_objects():
     x = torch.randn(8, 3)
-    lp.DataParallel(nn.Linear(3, 1).to(SOURCE))(x)
+    lp.DataParallel(nn.Linear(3, 1).to(SIM[0]))(x)
     before = len(threading.enumerate())
     for _ in range(50):
-        lp.DataParallel(nn.Linear(3, 1).to(SOURCE))(x).sum().backward()
+        lp.DataParallel(nn.Linear(3, 1).to(SIM[0]))(x).sum().backward()
     assert len(threading.enumerate()) == before
     simulated_workers = [t for t in worker_threads() if "sim:" in t.name]
     assert len(simulated_workers) <= lp.device_count()
@@ -166,7 +167,7 @@ def test_no_reference_cycles_keep_the_model_alive():
     gc.collect()
     gc.disable()  # so only reference counting can free things
     try:
-        net = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)).to(SOURCE)
+        net = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)).to(SIM[0])
         dp = lp.DataParallel(net, [0, 1, 2])
         dp(torch.randn(6, 3)).sum().backward()
         with pytest.raises(ValueError):  # a failure path too

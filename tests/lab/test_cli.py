@@ -19,7 +19,7 @@ from learn_parallel.classroom import __main__ as classroom_cli
 from learn_parallel.classroom import files
 from learn_parallel.lab import bench
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOO_MANY = (
     "argument --devices: 9 devices asked for, but there are only 4 simulated devices; "
     "set LEARN_PARALLEL_SIMULATED_DEVICES=9 to simulate more"

@@ -31,7 +31,7 @@ from learn_parallel.classroom.notebooks import (  # noqa: E402
 )
 from learn_parallel.classroom.track import TASKS, make_track, run_task  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "book"
 CHAPTER = "scatter"  # a short chapter, for the tests that execute notebooks
 

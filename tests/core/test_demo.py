@@ -53,7 +53,7 @@ def test_bad_input_gets_one_line_with_the_fix(args, message):
 
 
 def test_the_readme_shows_what_the_demo_prints():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     sample = re.search(r"```\n(A batch of 10 rows.*?)```", readme, re.S).group(1)
     done = _demo()  # the README's command: all (four simulated) devices, batch 10
     assert done.returncode == 0, done.stderr

@@ -20,7 +20,7 @@ pytest.importorskip("nbclient", reason="nbclient is not installed (Jupyter)")
 from learn_parallel.classroom.grade import grade, table  # noqa: E402
 from learn_parallel.classroom.notebooks import CHECK, SOLUTION, STUB, exercises, read, tags  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "book"
 CHAPTER = "scatter"
 WRONG_SIZES = "def chunk_sizes(rows, devices):\n    return [rows // devices] * devices\n"

@@ -14,7 +14,7 @@ import pytest
 
 from learn_parallel.classroom import files
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_clone_uses_its_own_files():

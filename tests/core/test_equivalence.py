@@ -10,12 +10,12 @@ import copy
 import _training
 import pytest
 import torch
-from _training import TOL, assert_same
+from _training import TOL, SimDevices, assert_same
 from torch import nn
 
 import learn_parallel as lp
 
-SOURCE = lp.Device("sim", 0).torch_device  # device_ids[0]: the module must live there
+SIM = SimDevices(4)  # SIM[0] is device_ids[0]: models live there, outputs land there
 
 
 class Nested(nn.Module):
@@ -67,11 +67,11 @@ def test_training_matches_one_device(devices, batch):
     parallel = copy.deepcopy(reference)
     batches = [make_batch(batch, torch.Generator().manual_seed(s)) for s in range(3)]
 
-    dp = lp.DataParallel(parallel.to(SOURCE), device_ids=list(range(devices)))
+    dp = lp.DataParallel(parallel.to(SIM[0]), device_ids=list(range(devices)))
     expected = train(reference, reference, batches)
     got = train(parallel, dp, batches)
-    assert got[0][0][0]["out"].device == SOURCE  # gathered onto device_ids[0]
-    assert all(p.device == SOURCE for p in got[1])
+    assert got[0][0][0]["out"].device == SIM[0]  # gathered onto device_ids[0]
+    assert all(p.device == SIM[0] for p in got[1])
     assert_same(got, expected)
 
 
@@ -80,11 +80,11 @@ def test_functional_data_parallel_matches_one_device():
     net = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 1)).double()
     x = torch.randn(11, 4, dtype=torch.double)
     reference = copy.deepcopy(net)
-    out = lp.data_parallel(net.to(SOURCE), x, device_ids=[0, 1, 2])
+    out = lp.data_parallel(net.to(SIM[0]), x, device_ids=[0, 1, 2])
     out.sum().backward()
     single = reference(x)
     single.sum().backward()
-    assert out.device == SOURCE
+    assert out.device == SIM[0]
     torch.testing.assert_close(out.cpu(), single, **TOL)
     for p, q in zip(net.parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad.cpu(), q.grad, **TOL)
@@ -103,7 +103,7 @@ def test_gather_dim_and_output_device_are_honoured():
     net = nn.Linear(3, 2).double()
     x = torch.randn(2, 6, 3, dtype=torch.double)  # batch along dim 1
     reference = copy.deepcopy(net)
-    out = lp.DataParallel(net.to(SOURCE), [0, 1, 2], output_device="cpu", dim=1)(x)
+    out = lp.DataParallel(net.to(SIM[0]), [0, 1, 2], output_device="cpu", dim=1)(x)
     torch.testing.assert_close(out, reference(x), **TOL)  # both on the CPU
 
 
@@ -116,12 +116,12 @@ def test_no_inputs_run_once_on_the_first_device():
         def forward(self):
             return self.value * 3
 
-    out = lp.DataParallel(Constant().to(SOURCE), [0, 1, 2])()
-    assert out.device == SOURCE and out.tolist() == [3.0, 3.0]
+    out = lp.DataParallel(Constant().to(SIM[0]), [0, 1, 2])()
+    assert out.device == SIM[0] and out.tolist() == [3.0, 3.0]
 
 
 def test_source_device_check_names_the_tensor_and_the_fix():
-    net = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)).to(SOURCE)
+    net = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)).to(SIM[0])
     net[1].to("meta")
     dp = lp.DataParallel(net, [0, 1])
     with pytest.raises(
@@ -130,14 +130,14 @@ def test_source_device_check_names_the_tensor_and_the_fix():
         r"Move the module there.*module.to\('sim:0'\)",
     ):
         dp(torch.ones(4, 2))
-    net[1].weight = nn.Parameter(torch.ones(2, device=SOURCE))
-    net[1].bias = nn.Parameter(torch.zeros(2, device=SOURCE))
+    net[1].weight = nn.Parameter(torch.ones(2, device=SIM[0]))
+    net[1].bias = nn.Parameter(torch.zeros(2, device=SIM[0]))
     with pytest.raises(RuntimeError, match="but buffer '1.running_mean' is on meta"):
         dp(torch.ones(4, 2))
 
 
 def test_no_grad_forward_builds_no_graph():
-    net = nn.Linear(3, 1).to(SOURCE)
+    net = nn.Linear(3, 1).to(SIM[0])
     with torch.no_grad():
         out = lp.DataParallel(net, [0, 1])(torch.randn(4, 3))
     assert out.grad_fn is None and not out.requires_grad
@@ -163,7 +163,7 @@ def test_steps_can_be_overridden_like_in_pytorch():
             calls.append(("gather", str(output_device)))
             return super().gather(outputs, output_device)
 
-    Logged(nn.Linear(2, 1).to(SOURCE), [0, 1, 2])(torch.ones(2, 2))
+    Logged(nn.Linear(2, 1).to(SIM[0]), [0, 1, 2])(torch.ones(2, 2))
     assert calls == [
         ("scatter", [0, 1, 2]),
         ("replicate", [0, 1]),

@@ -1,6 +1,6 @@
 """Hardening on real GPUs: complex parameters, saved-tensor hooks, errors, nested calls.
 
-Run with ``pytest -m gpu tests/test_gpu_hardening.py`` on a machine with two GPUs.
+Run with ``pytest -m gpu tests/gpu/test_gpu_hardening.py`` on a machine with two GPUs.
 """
 
 from concurrent.futures import ThreadPoolExecutor

@@ -331,7 +331,7 @@ def offline_venv(tmp_path_factory) -> Path:
     )
     # setup.py adds the chapters (no outputs), the track's tests and the grading workflow
     # to the wheel, so the classroom tools work outside a clone.
-    shipped = ["tests/track/test_tasks.py", ".github/classroom/autograde.yml"]
+    shipped = ["tests/classroom/track/test_tasks.py", ".github/classroom/autograde.yml"]
     shipped += [str(p.relative_to(ROOT)) for p in NOTEBOOKS]
     for name in ["pyproject.toml", "README.md", "setup.py", "MANIFEST.in", *shipped]:
         (src / name).parent.mkdir(parents=True, exist_ok=True)

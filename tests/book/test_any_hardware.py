@@ -2,7 +2,7 @@
 book build and nbval execute). No cell may raise except those tagged ``raises-exception``,
 which show an error on purpose. With 1 the setup raises the count to 2 and says so.
 
-The one-GPU case is tests/test_gpu_one.py plus `book/data/record_gpu_runs.sh` (PARTS=notebooks)
+The one-GPU case is tests/gpu/test_gpu_one.py plus `book/data/record_gpu_runs.sh` (PARTS=notebooks)
 on a one-GPU machine: learn_parallel/lab/recorded/h100-x1/notebooks.log.
 """
 

@@ -4,6 +4,7 @@ import copy
 
 import pytest
 import torch
+from _training import SimDevices
 from torch import nn
 from torch.autograd import gradcheck, gradgradcheck
 
@@ -11,7 +12,7 @@ import learn_parallel as lp
 from learn_parallel.devices import Device
 from learn_parallel.replicate import Broadcast
 
-SIM = [Device("sim", i).torch_device for i in range(4)]  # replicate copies from SIM[0]
+SIM = SimDevices(4)  # replicate copies from SIM[0]
 
 
 def model():

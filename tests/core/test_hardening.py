@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
+from _training import SimDevices
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
@@ -22,7 +23,7 @@ from learn_parallel.devices import Device
 from learn_parallel.replicate import Broadcast, copy_to_devices
 
 pa = importlib.import_module("learn_parallel.parallel_apply")  # the module, not the function
-SOURCE = lp.Device("sim", 0).torch_device  # device_ids[0]: models live there, outputs land there
+SIM = SimDevices(4)  # SIM[0] is device_ids[0]: models live there, outputs land there
 
 
 class Add(nn.Module):
@@ -67,13 +68,13 @@ def test_equal_sizes_shared_scalars_and_plain_values_still_scatter():
     dp = lp.DataParallel(Add(), [0, 1, 2, 3])
     a = torch.randn(8, 2, dtype=torch.double)
     # The outputs are gathered on device_ids[0], so the expectations are moved there.
-    torch.testing.assert_close(dp(a, a), (a + a).to(SOURCE))
-    torch.testing.assert_close(dp(a, torch.tensor(2.0, dtype=torch.double)), (a + 2).to(SOURCE))
-    torch.testing.assert_close(dp(a, 3.0), (a + 3).to(SOURCE))
+    torch.testing.assert_close(dp(a, a), (a + a).to(SIM[0]))
+    torch.testing.assert_close(dp(a, torch.tensor(2.0, dtype=torch.double)), (a + 2).to(SIM[0]))
+    torch.testing.assert_close(dp(a, 3.0), (a + 3).to(SIM[0]))
     # Sizes are compared along the scatter dim only.
     dp1 = lp.DataParallel(SumRows(), [0, 1], dim=1)
     a, b = torch.randn(3, 4), torch.randn(5, 4)
-    torch.testing.assert_close(dp1(a, b), SumRows()(a, b).to(SOURCE))
+    torch.testing.assert_close(dp1(a, b), SumRows()(a, b).to(SIM[0]))
 
 
 class SumRows(nn.Module):
@@ -119,8 +120,8 @@ class PackInside(nn.Module):
 
 def test_padded_tensors_and_lengths_match_one_device():
     padded, lengths, _ = packed_batch()
-    net = PackInside().double().to(SOURCE)
-    padded = padded.double().to(SOURCE).requires_grad_()
+    net = PackInside().double().to(SIM[0])
+    padded = padded.double().to(SIM[0]).requires_grad_()
     expected = net(padded, lengths)  # one device: sim:0
     expected.square().sum().backward()
     want_grads = [p.grad.clone() for p in net.parameters()]
@@ -150,8 +151,8 @@ class HandsOff(nn.Module):
 
 
 def test_data_parallel_from_a_helper_thread_of_a_replica_completes():
-    net = HandsOff().to(SOURCE)
-    x = torch.randn(8, 2, device=SOURCE)
+    net = HandsOff().to(SIM[0])
+    x = torch.randn(8, 2, device=SIM[0])
     output = run_in_thread(lambda: lp.DataParallel(net, [0, 1])(x))
     torch.testing.assert_close(output, net.inner(x))
     # ... and the devices' workers still serve later calls.
@@ -270,7 +271,7 @@ def test_a_failed_step_frees_model_and_inputs_without_the_garbage_collector():
     gc.collect()
     gc.disable()  # only reference counting may free them
     try:
-        net = FailsAfterLinear().to(SOURCE)
+        net = FailsAfterLinear().to(SIM[0])
         x = torch.randn(6, 3)
         dp = lp.DataParallel(net, [0, 1, 2])
         model_alive, input_alive = weakref.ref(net), weakref.ref(x)
@@ -319,8 +320,8 @@ def test_saved_tensor_hooks_of_the_caller_apply_inside_replicas():
         packed_by.append(threading.current_thread().name)
         return tensor
 
-    net = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1)).double().to(SOURCE)
-    x = torch.randn(8, 3, dtype=torch.double, device=SOURCE)
+    net = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1)).double().to(SIM[0])
+    x = torch.randn(8, 3, dtype=torch.double, device=SIM[0])
     net(x).sum().backward()
     want = [p.grad.clone() for p in net.parameters()]
     net.zero_grad()
@@ -334,7 +335,7 @@ def test_saved_tensor_hooks_of_the_caller_apply_inside_replicas():
 
 
 def test_save_on_cpu_around_a_step_gives_the_same_gradients():
-    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1)).double().to(SOURCE)
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1)).double().to(SIM[0])
     x = torch.randn(8, 3, dtype=torch.double)
     lp.DataParallel(net, [0, 1, 2, 3])(x).sum().backward()
     want = [p.grad.clone() for p in net.parameters()]

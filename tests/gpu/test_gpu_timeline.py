@@ -1,22 +1,23 @@
 """Recorded timelines tell the truth on GPUs (run with `pytest -m gpu` on two or more GPUs).
 
 What these prove, on 2 GPUs, for the benchmark's MLP and (with torchvision)
-ResNet-18: a recorded step spans what a timed step takes (median of the
-recorded steps 1..5 within 15 % + 0.5 ms of the median timed step), the GPU
+ResNet-18: a recorded step spans what that same step took on the host clock
+(steps 1..5, each within 10 % + 0.3 ms of its own wall time; the recorder's
+own cost is not part of this, ``python -m experiments.recorder_cost`` measures it), the GPU
 rows of a recorded step begin when the host issued its scatter (within
 0.5 ms: the devices are idle when a recorded step begins), the event clock
 and the host clock agree, and backward is recorded per device, inside the
 training loop's backward.
 """
 
-import statistics
+import time
 
 import pytest
 import torch
 
 from experiments.timeline_check import clock_alignment, make_step, workloads_for
-from learn_parallel.devices import Device
-from learn_parallel.lab.timing import HOST, Recorder, step_spans, step_times_ms
+from learn_parallel.devices import Device, synchronize
+from learn_parallel.lab.timing import HOST, Recorder, step_spans
 
 pytestmark = pytest.mark.gpu
 DEVICES = [Device("cuda", 0), Device("cuda", 1)]
@@ -37,18 +38,24 @@ def _workloads():
 def recorded(request):
     torch.backends.cudnn.benchmark = False
     step, devs = make_step(workloads_for(DEVICES)[request.param], DEVICES)
-    measured = statistics.median(step_times_ms(step, devs, warmup=3, steps=9))
+    for _ in range(3):
+        step()  # warm-up: kernels chosen, worker threads started
+    walls = []
     with Recorder(devices=devs) as recorder:
-        for _ in recorder.steps(6):
+        for _ in recorder.steps(6):  # every device is idle when a step begins
+            start = time.perf_counter()
             step()
-    return measured, recorder.timeline()
+            synchronize(devs)
+            walls.append((time.perf_counter() - start) * 1e3)
+    return walls, recorder.timeline()
 
 
-def test_recorded_step_spans_the_measured_step_time(recorded):
-    measured, timeline = recorded
-    spans = step_spans(timeline)[1:]  # step 0 is the recorder's own first step
-    span = statistics.median(s["span"] for s in spans)
-    assert abs(span - measured) <= 0.15 * measured + 0.5, (span, measured, spans)
+def test_recorded_step_spans_the_wall_time_of_that_step(recorded):
+    walls, timeline = recorded
+    spans = step_spans(timeline)
+    assert [s["step"] for s in spans] == list(range(6))
+    for s, wall in list(zip(spans, walls))[1:]:  # step 0 is the recorder's own first step
+        assert abs(s["span"] - wall) <= 0.1 * wall + 0.3, (s, wall)
 
 
 def test_gpu_rows_begin_when_the_host_issues_the_scatter(recorded):

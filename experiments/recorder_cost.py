@@ -1,0 +1,119 @@
+"""What does watching a step cost, and what does each way of watching show per device?
+
+    python -m experiments.recorder_cost --out DIR [--devices 2] [--steps 9]
+
+For the benchmark's MLP and ResNet-18 (`experiments.timeline_check.workloads_for`)
+on ``--devices`` devices, one DataParallel training step is timed the benchmark's
+way (every device idle at each step's start and end) three times over, interleaved
+round by round so drift hits all three alike:
+
+* ``bare``: nothing listening (each phase mark is a no-op);
+* ``recorder``: `learn_parallel.lab.timing.Recorder` on (CUDA events per phase
+  and device, or the host clock on simulated devices);
+* ``profiler``: ``torch.profiler`` on (CPU and, on GPUs, CUDA activity, every
+  thread), each phase a ``record_function`` range.
+
+It also counts what the profiler hands back per device: the phase ranges on each
+GPU's own timeline (``gpu_user_annotation`` events, one per range that launched
+work there) beside the host-side ranges. This is the evidence for keeping the
+recorder (issue 23): the per-device bars of the chapters need each phase's span on
+each device, and the cost of getting them decides which tool the chapters use live.
+
+Everything goes to ``DIR/recorder_cost.json``; ``book/data/record_gpu_runs.sh`` runs it.
+"""
+
+from __future__ import annotations
+
+import shlex
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from experiments.timeline_check import make_step, workloads_for
+from learn_parallel.devices import Device, synchronize
+from learn_parallel.lab import records
+from learn_parallel.lab.timing import Recorder, describe_hardware
+from learn_parallel.lab.trace import all_threads
+
+WAYS = ("bare", "recorder", "profiler")
+
+
+def _timed(step: Callable[[], Any], devices: Sequence[Device]) -> float:
+    synchronize(devices)
+    start = time.perf_counter()
+    step()
+    synchronize(devices)
+    return (time.perf_counter() - start) * 1e3
+
+
+def _profiler() -> profile:
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    return profile(activities=activities, experimental_config=all_threads())
+
+
+def cost(step: Callable[[], Any], devices: Sequence[Device], steps: int) -> dict[str, Any]:
+    """Per way of watching: every step's wall time (ms), rounds interleaved."""
+    for _ in range(3):
+        step()  # warm-up: kernels chosen, worker threads started
+    times: dict[str, list[float]] = {way: [] for way in WAYS}
+    annotations: Counter = Counter()
+    for _ in range(steps):
+        times["bare"].append(_timed(step, devices))
+        with Recorder(devices=devices):
+            times["recorder"].append(_timed(step, devices))
+        with _profiler() as prof:
+            times["profiler"].append(_timed(step, devices))
+        for event in prof.events():
+            if event.name.startswith("learn_parallel."):
+                kind = "gpu_user_annotation" if event.device_type.name == "CUDA" else "host"
+                annotations[f"{kind} {event.name}"] += 1
+    bare = statistics.median(times["bare"])
+    return {
+        "step_ms": times,
+        "median_ms": {way: statistics.median(t) for way, t in times.items()},
+        "over_bare": {way: statistics.median(t) / bare for way, t in times.items()},
+        "profiler_ranges_per_step": {k: v / steps for k, v in sorted(annotations.items())},
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = records.driver_parser(
+        "experiments.recorder_cost", __doc__, "recorder_cost.json", devices=2
+    )
+    parser.add_argument("--steps", type=int, default=9, help="rounds of the three ways")
+    parser.add_argument("--workloads", default="mlp,resnet18", help="comma-separated")
+    args = parser.parse_args(argv)
+    devices = records.first_devices(args.devices)
+    table = workloads_for(devices)
+    report: dict[str, Any] = {
+        "hardware": describe_hardware(devices).to_dict(),
+        **records.run_metadata(shlex.join(["python", "-m", "experiments.recorder_cost", *argv])),
+        "workloads": {},
+    }
+    for name in args.workloads.split(","):
+        torch.backends.cudnn.benchmark = False
+        step, devs = make_step(table[name], devices)
+        result = cost(step, devs, args.steps)
+        report["workloads"][name] = {"workload": table[name].resolved().describe(), **result}
+        medians = ", ".join(
+            f"{way} {result['median_ms'][way]:.2f} ms ({result['over_bare'][way]:.2f}x)"
+            for way in WAYS
+        )
+        print(f"{table[name].resolved().describe()}: {medians}")
+        for what, count in result["profiler_ranges_per_step"].items():
+            print(f"  per step: {count:g} x {what}")
+    records.write_record(args.out, "recorder_cost.json", report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
