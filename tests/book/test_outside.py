@@ -32,7 +32,7 @@ def test_an_install_uses_the_shipped_copies_or_says_what_to_fetch(monkeypatch, t
         files.book()
     (shipped / "book").mkdir(parents=True)
     assert files.book() == shipped / "book"
-    assert files.track_tests() == shipped / "tests" / "track" / "test_tasks.py"
+    assert files.track_tests() == shipped / "tests" / "classroom" / "track" / "test_tasks.py"
 
 
 def test_setup_py_ships_the_chapters_without_outputs():

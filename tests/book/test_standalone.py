@@ -480,7 +480,7 @@ def test_the_wheel_runs_the_teachers_guide_and_the_track_command(offline_venv, t
     )
     assert track.returncode == 0, track.stderr
     tests = (tmp_path / "track" / "tests" / "test_tasks.py").read_text()
-    assert tests == (ROOT / "tests" / "track" / "test_tasks.py").read_text()
+    assert tests == (ROOT / "tests" / "classroom" / "track" / "test_tasks.py").read_text()
     assert not (tmp_path / "track" / "learn_parallel" / "classroom" / "shipped").exists()
 
 

@@ -132,7 +132,7 @@ def test_result_command_reports_one_exercise(tmp_path, capsys):
 
 
 def _wrong_answers(chapter: str) -> dict:
-    path = ROOT / "tests" / "exercise_wrong_answers" / f"{chapter}.py"
+    path = Path(__file__).resolve().parent / "exercise_wrong_answers" / f"{chapter}.py"
     spec = importlib.util.spec_from_file_location("wrong", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
