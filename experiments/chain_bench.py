@@ -18,6 +18,7 @@ from dataclasses import asdict
 
 import torch
 
+from experiments import driver_parser, write_record
 from learn_parallel.devices import device_count, resolve_device_ids
 from learn_parallel.lab import records
 from learn_parallel.lab.chain_bench import FULL, QUICK, Config, measure
@@ -26,7 +27,7 @@ from learn_parallel.lab.timing import describe_hardware
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = records.driver_parser("experiments.chain_bench", __doc__, "chain_bench.json")
+    parser = driver_parser("experiments.chain_bench", __doc__, "chain_bench.json")
     parser.add_argument("--quick", action="store_true", help="tiny model, few steps (smoke test)")
     parser.add_argument("--max-devices", type=int, default=None, help="default: all devices")
     parser.add_argument("--warmup", type=int, default=None, help="untimed steps per measurement")
@@ -71,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "results": results,
     }
-    records.write_record(args.out, "chain_bench.json", record)
+    write_record(args.out, "chain_bench.json", record)
     return 0
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from learn_parallel.lab import records
+from experiments import driver_parser, write_record
 from learn_parallel.lab.ddp_timeline import compare, plot_side_by_side, step_table
 from learn_parallel.lab.workloads import standard_workloads
 from learn_parallel.variants.distributed import DEFAULT_BUCKET_CAP_MB
@@ -26,7 +26,7 @@ RECORD_FILE = "distributed.json"
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = records.driver_parser("experiments.ddp_timeline", __doc__, RECORD_FILE)
+    parser = driver_parser("experiments.ddp_timeline", __doc__, RECORD_FILE)
     parser.add_argument("--world", type=int, default=2, help="processes (GPUs); default 2")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20, help="timed steps (median reported)")
@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.bucket_cap_mb, timeout_s=args.timeout,
     )  # fmt: skip
     report["command"] = shlex.join(["python", "-m", "experiments.ddp_timeline", *argv])
-    records.write_record(args.out, RECORD_FILE, report)
+    write_record(args.out, RECORD_FILE, report)
     print(step_table(report))
     try:
         import matplotlib

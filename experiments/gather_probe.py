@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from experiments import driver_parser, write_record
 from learn_parallel.lab import records
 from learn_parallel.lab.gather_probe import probe
 
@@ -37,7 +38,7 @@ def source_lines() -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = records.driver_parser("experiments.gather_probe", __doc__, "gather_probe.json")
+    parser = driver_parser("experiments.gather_probe", __doc__, "gather_probe.json")
     args = parser.parse_args(argv)
     report = {
         **records.run_metadata(shlex.join(["python", "-m", "experiments.gather_probe", *argv])),
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for who, what in both.items():
             print(f"  {who:15s} {what}")
     print(report["source"])
-    records.write_record(args.out, "gather_probe.json", report)
+    write_record(args.out, "gather_probe.json", report)
     return 0
 
 

@@ -18,14 +18,14 @@ from collections.abc import Sequence
 
 import torch
 
+from experiments import driver_parser
 from learn_parallel.devices import SIMULATED_DEVICES_ENV, device_count
-from learn_parallel.lab import records
 from learn_parallel.lab.ladder import default_workloads, run, table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = records.driver_parser("experiments.ladder", __doc__, "ladder.json or clone.json")
+    parser = driver_parser("experiments.ladder", __doc__, "ladder.json or clone.json")
     parser.add_argument("--set", choices=("ladder", "clone"), default="ladder", dest="which")
     parser.add_argument("--devices", type=int, default=2, help="device count (default 2)")
     parser.add_argument("--workloads", default="conv,mlp", help="conv,mlp (default both)")

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from experiments import driver_parser, write_record
 from learn_parallel.devices import Device, device_count, resolve_device_ids
 from learn_parallel.lab import measure, records
 from learn_parallel.lab.timing import Timeline, hardware_label
@@ -64,7 +65,7 @@ def record_all(devices: Sequence[Device], command: str = "", progress: bool = Tr
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = records.driver_parser("experiments.measure", __doc__, "chapters.json")
+    parser = driver_parser("experiments.measure", __doc__, "chapters.json")
     parser.add_argument("--devices", type=int, default=None, help="how many (default: all)")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
@@ -75,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if devices[0].is_simulated:
         print("Devices are simulated on the CPU: timings are host clocks, not GPU times.")
     command = shlex.join(["python", "-m", "experiments.measure", *argv])
-    records.write_record(args.out, "chapters.json", record_all(devices, command))
+    write_record(args.out, "chapters.json", record_all(devices, command))
     return 0
 
 

@@ -49,6 +49,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 import learn_parallel as lp
+from experiments import driver_parser, first_devices, write_record
 from learn_parallel.devices import Device, synchronize
 from learn_parallel.lab import records
 from learn_parallel.lab.persistent_workers import (
@@ -290,17 +291,15 @@ def run(devices: Sequence[Device], steps: int, out: Path, profile: bool = True) 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = records.driver_parser(
-        "experiments.persistent_workers", __doc__, "the JSON, tables", devices=2
-    )
+    parser = driver_parser("experiments.persistent_workers", __doc__, "the JSON, tables", devices=2)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per runner")
     parser.add_argument("--no-profile", action="store_true", help="skip the profiler part")
     args = parser.parse_args(argv)
-    devices = records.first_devices(args.devices)
+    devices = first_devices(args.devices)
     args.out.mkdir(parents=True, exist_ok=True)
     report = run(devices, args.steps, args.out, profile=not args.no_profile)
     report["command"] = shlex.join(["python", "-m", "experiments.persistent_workers", *argv])
-    records.write_record(args.out, "persistent_workers.json", report)
+    write_record(args.out, "persistent_workers.json", report)
     return 0
 
 

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from experiments import driver_parser, first_devices, write_record
 from experiments.timeline_check import make_step, workloads_for
 from learn_parallel.devices import Device, synchronize
 from learn_parallel.lab import records
@@ -86,13 +87,11 @@ def cost(step: Callable[[], Any], devices: Sequence[Device], steps: int) -> dict
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = records.driver_parser(
-        "experiments.recorder_cost", __doc__, "recorder_cost.json", devices=2
-    )
+    parser = driver_parser("experiments.recorder_cost", __doc__, "recorder_cost.json", devices=2)
     parser.add_argument("--steps", type=int, default=9, help="rounds of the three ways")
     parser.add_argument("--workloads", default="mlp,resnet18", help="comma-separated")
     args = parser.parse_args(argv)
-    devices = records.first_devices(args.devices)
+    devices = first_devices(args.devices)
     table = workloads_for(devices)
     report: dict[str, Any] = {
         "hardware": describe_hardware(devices).to_dict(),
@@ -111,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{table[name].resolved().describe()}: {medians}")
         for what, count in result["profiler_ranges_per_step"].items():
             print(f"  per step: {count:g} x {what}")
-    records.write_record(args.out, "recorder_cost.json", report)
+    write_record(args.out, "recorder_cost.json", report)
     return 0
 
 

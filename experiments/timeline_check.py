@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from experiments import driver_parser, first_devices, write_record
 from learn_parallel import DataParallel
 from learn_parallel.devices import Device
 from learn_parallel.lab import bench, records
@@ -106,13 +107,11 @@ def _print_spans(name: str, data: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = records.driver_parser(
-        "experiments.timeline_check", __doc__, "timeline_check.json", devices=2
-    )
+    parser = driver_parser("experiments.timeline_check", __doc__, "timeline_check.json", devices=2)
     parser.add_argument("--steps", type=int, default=5, help="recorded steps per timeline")
     parser.add_argument("--workloads", default="mlp,resnet18", help="comma-separated")
     args = parser.parse_args(argv)
-    devices = records.first_devices(args.devices)
+    devices = first_devices(args.devices)
     table = workloads_for(devices)
     report: dict[str, Any] = {
         "hardware": describe_hardware(devices).__dict__,
@@ -128,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{result['workload']}: measured median {result['measured_median_ms']:.2f} ms")
         _print_spans("synchronized", result["synchronized"])
         _print_spans("unsynchronized", result["unsynchronized"])
-    records.write_record(args.out, "timeline_check.json", report)
+    write_record(args.out, "timeline_check.json", report)
     return 0
 
 

@@ -22,29 +22,19 @@ from __future__ import annotations
 import gc
 import os
 import statistics
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from learn_parallel import phases
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import device_count, resolve_device_ids
 from learn_parallel.lab import records, spread
 from learn_parallel.lab.bench import make_step, record_timeline, train_step
 from learn_parallel.lab.processes import NCCL_ENV, rank_device, rank_step_times, run_ranks, share
-from learn_parallel.lab.timing import (
-    Hardware,
-    PhaseRecord,
-    Timeline,
-    phase,
-    step_times_ms,
-)
+from learn_parallel.lab.timing import Hardware, Recorder, Timeline, phase, step_times_ms
 from learn_parallel.lab.workloads import (
     Workload,
     build_model,
@@ -59,75 +49,6 @@ IMPLEMENTATIONS = {
     "torch": "torch.nn.parallel.DistributedDataParallel",
     "dp": "learn_parallel.DataParallel",
 }
-
-
-# [rank-recorder]
-class RankRecorder:
-    """Listens to `learn_parallel.phases` marks inside one rank's process.
-
-    GPUs: each mark is a CUDA event on the stream current at that moment (the
-    all-reduces are marked on DDP's communication stream, so their bars show
-    when that stream ran them). CPU: the host clock. All times are turned into
-    milliseconds of ``time.perf_counter``, which every process of a machine
-    shares, so the ranks' rows line up.
-    """
-
-    def __init__(self, rank: int, device: torch.device) -> None:
-        self.rank, self.device, self.step = rank, device, 0
-        self._lock = threading.Lock()
-        self._marks: list[tuple[str, Any, Any, int]] = []
-        self._reference: tuple[float, Any] | None = None
-        if device.type == "cuda":
-            # With the GPU idle, an event completes as soon as it is recorded:
-            # "ms after it" plus its host time puts events on the host clock.
-            torch.cuda.synchronize(device)
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            torch.cuda.synchronize(device)
-            self._reference = (time.perf_counter(), event)
-
-    def _mark(self) -> Any:
-        if self.device.type == "cuda":
-            event = torch.cuda.Event(enable_timing=True)
-            event.record(torch.cuda.current_stream(self.device))
-            return event
-        return time.perf_counter()
-
-    @contextmanager
-    def phase(self, name: str, device: Any = None) -> Iterator[None]:
-        start, step = self._mark(), self.step
-        try:
-            yield
-        finally:
-            end = self._mark()
-            with self._lock:
-                self._marks.append((name, start, end, step))
-
-    def __enter__(self) -> RankRecorder:
-        self._previous = phases.set_listener(self.phase)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        phases.set_listener(self._previous)
-
-    def records(self) -> list[dict[str, Any]]:
-        """Every phase as a `PhaseRecord` dict, in host-clock ms; waits for the GPU once."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        rows = []
-        for name, start, end, step in self._marks:
-            row = f"rank:{self.rank}"
-            rows.append(asdict(PhaseRecord(row, name, self._ms(start), self._ms(end), step)))
-        return rows
-
-    def _ms(self, mark: Any) -> float:
-        if self._reference is None:
-            return mark * 1e3
-        host_s, event = self._reference
-        return host_s * 1e3 + event.elapsed_time(mark)
-
-
-# [rank-recorder]
 
 
 def _sync(device: torch.device) -> None:
@@ -170,12 +91,15 @@ def bench_worker(rank: int, world: int, config: dict[str, Any]) -> dict[str, Any
             if impl == "ours" and config["timeline_steps"] > 0:
                 _sync(device)
                 dist.barrier()
-                with RankRecorder(rank, device) as recorder:
+                # One row per rank, on the host clock every process shares (CUDA events
+                # on GPUs: the all-reduces marked on DDP's communication stream).
+                recorder = Recorder([device], host_row=False, row=f"rank:{rank}", origin_s=0.0)
+                with recorder:
                     for number in range(config["timeline_steps"]):
-                        recorder.step = number
+                        recorder.begin_step(number)
                         with phase("step"):
                             step()
-                entry["timeline"] = recorder.records()
+                entry["timeline"] = [asdict(r) for r in recorder.timeline().records]
                 entry["buckets"] = buckets
             del wrapped, opt, model, step
             gc.collect()  # our DDP's hooks hold the model in a cycle: free it before the next

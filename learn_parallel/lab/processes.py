@@ -28,6 +28,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from learn_parallel.devices import synchronize, to_device
+from learn_parallel.lab.timing import step_times_ms
+
 # NVLink SHARP / multicast stays off wherever NCCL runs (the lent GPU machines lack it).
 NCCL_ENV = {
     "NCCL_NVLS_ENABLE": "0",
@@ -59,23 +62,16 @@ def rank_step_times(
 ) -> list[float]:
     """Wall time (ms) of each timed ``step`` as the slowest rank saw it; every rank calls this.
 
-    A step is as slow as its slowest rank, so each step keeps the maximum over ranks.
+    Timed as `step_times_ms` times (the device idle at each step's start and end), after
+    a barrier so the ranks start together; a step is as slow as its slowest rank, so each
+    step keeps the maximum over ranks.
     """
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
     for _ in range(warmup):
         step()
-    sync()
+    devices = [to_device(device)]
+    synchronize(devices)
     dist.barrier()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
+    times = step_times_ms(step, devices, warmup=0, steps=steps)
     slowest = torch.tensor(times, dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return slowest.cpu().tolist()

@@ -10,7 +10,6 @@ part either straight into a machine's folder or into a subfolder named after the
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -19,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-from learn_parallel.devices import Device, device_count, resolve_device_ids
 
 DATA_ENV = "LEARN_PARALLEL_DATA"
 
@@ -71,35 +68,3 @@ def run_metadata(command: str) -> dict[str, Any]:
         "command": command,
         "torch_version": torch.__version__,
     }
-
-
-def driver_parser(
-    module: str, doc: str | None, record: str, devices: int | None = None
-) -> argparse.ArgumentParser:
-    """The argument parser of an experiment driver: its docstring, ``--out`` for ``record``
-    and, given a default count, ``--devices`` (read back with `first_devices`)."""
-    parser = argparse.ArgumentParser(
-        prog=f"python -m {module}",
-        description=doc,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--out", type=Path, required=True, help=f"folder for {record}")
-    if devices is not None:
-        parser.add_argument(
-            "--devices", type=int, default=devices, help=f"how many devices (default {devices})"
-        )
-    return parser
-
-
-def first_devices(count: int) -> list[Device]:
-    """This machine's first ``count`` devices, or all of them where it has fewer."""
-    return resolve_device_ids(list(range(min(count, device_count()))))
-
-
-def write_record(out: Path, name: str, report: dict[str, Any]) -> Path:
-    """Write ``report`` as ``out/name`` (JSON) and say where."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / name
-    path.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"wrote {path}")
-    return path

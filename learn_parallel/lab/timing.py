@@ -231,15 +231,24 @@ class Recorder:
     only when the work queued before it on that device's stream has finished.
     On simulated devices CPU autograd runs every replica's backward one after
     another in the calling thread, so every row shows the same span.
+
+    One process of many (a DDP rank): ``row="rank:1"`` names the row of every
+    record, and ``origin_s=0.0`` keeps times on ``time.perf_counter``'s own scale,
+    which every process of a machine shares, so the ranks' rows line up.
     """
 
     def __init__(
-        self, devices: Sequence[DeviceLike] | None = None, host_row: bool | None = None
+        self,
+        devices: Sequence[DeviceLike] | None = None,
+        host_row: bool | None = None,
+        row: str | None = None,
+        origin_s: float | None = None,
     ) -> None:
         kind = device_type()
         ids = range(device_count()) if devices is None else devices
         self.devices: list[Device] = [to_device(d) for d in ids]
         self.host_row = (kind == "cuda") if host_row is None else host_row
+        self.row, self._origin_s = row, origin_s
         self.step = 0
         self._next_step = 0
         self._lock = threading.Lock()
@@ -254,7 +263,7 @@ class Recorder:
         global _active
         if _active is not None:
             raise RuntimeError("Another Recorder is already switched on; stop it first.")
-        self._t0 = time.perf_counter()
+        self._t0 = time.perf_counter() if self._origin_s is None else self._origin_s
         for device in self.devices:
             self._reference(device)
         self._running = True
@@ -326,7 +335,9 @@ class Recorder:
             yield
         finally:
             ends = self._marks(where)
-            new = [(str(d), name, s, e, step, d) for d, s, e in zip(where, starts, ends)]
+            new = [
+                (self.row or str(d), name, s, e, step, d) for d, s, e in zip(where, starts, ends)
+            ]
             if host_start is not None:
                 new.append((HOST, name, host_start, _Mark(None), step, None))
             with self._lock:
