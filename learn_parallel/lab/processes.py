@@ -68,7 +68,7 @@ def rank_step_times(
     """
     for _ in range(warmup):
         step()
-    devices = [to_device(device)]
+    devices = [to_device(device, allow_cpu=True)]  # a gloo rank runs on the CPU
     synchronize(devices)
     dist.barrier()
     times = step_times_ms(step, devices, warmup=0, steps=steps)

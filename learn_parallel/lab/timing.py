@@ -246,7 +246,7 @@ class Recorder:
     ) -> None:
         kind = device_type()
         ids = range(device_count()) if devices is None else devices
-        self.devices: list[Device] = [to_device(d) for d in ids]
+        self.devices: list[Device] = [to_device(d, allow_cpu=True) for d in ids]
         self.host_row = (kind == "cuda") if host_row is None else host_row
         self.row, self._origin_s = row, origin_s
         self.step = 0
@@ -327,7 +327,7 @@ class Recorder:
         if not self._running:
             yield
             return
-        where = [to_device(device)] if device is not None else self.devices
+        where = [to_device(device, allow_cpu=True)] if device is not None else self.devices
         step = self.step
         starts = self._marks(where)
         host_start = _Mark(None) if device is None and self.host_row else None
