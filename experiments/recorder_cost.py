@@ -14,8 +14,8 @@ round by round so drift hits all three alike:
   thread), each phase a ``record_function`` range.
 
 It also counts what the profiler hands back per device: the phase ranges on each
-GPU's own timeline (``gpu_user_annotation`` events, one per range that launched
-work there) beside the host-side ranges. This is the evidence for keeping the
+GPU's own timeline (its ``gpu_user_annotation`` events, keyed by GPU) beside the
+host-side ranges. This is the evidence for keeping the
 recorder (issue 23): the per-device bars of the chapters need each phase's span on
 each device, and the cost of getting them decides which tool the chapters use live.
 
@@ -74,8 +74,9 @@ def cost(step: Callable[[], Any], devices: Sequence[Device], steps: int) -> dict
             times["profiler"].append(_timed(step, devices))
         for event in prof.events():
             if event.name.startswith("learn_parallel."):
-                kind = "gpu_user_annotation" if event.device_type.name == "CUDA" else "host"
-                annotations[f"{kind} {event.name}"] += 1
+                on_gpu = event.device_type.name == "CUDA"
+                where = f"cuda:{event.device_index}" if on_gpu else "host"
+                annotations[f"{where} {event.name}"] += 1
     bare = statistics.median(times["bare"])
     return {
         "step_ms": times,

@@ -129,7 +129,9 @@ class _Job:
             self.result = self.call()
         except BaseException as error:  # reported to the caller, never kills the worker
             # The traceback's frames would keep the replica, its inputs and activations
-            # alive as long as the exception: keep its lines, not its variables.
+            # alive as long as the exception: keep its lines, not its variables. This
+            # frame, still running, cannot be cleared and holds the job: leave it out.
+            error.__traceback__ = error.__traceback__.tb_next
             traceback.clear_frames(error.__traceback__)
             self.failure = error
         self.call = None  # drop the replica and its inputs as soon as possible

@@ -16,14 +16,15 @@ class SimDevices(Sequence):
     Making one registers the simulated device type with PyTorch, and after that CUDA's
     autograd fails in the same process (an internal assert in the engine; the devices
     chapter shows it). A module constant made at import would do it while pytest
-    collects, before any GPU test of the same run (conftest checks that none does).
+    collects, before any GPU test of the same run (conftest refuses that, and runs the
+    GPU tests before the others).
     """
 
     def __init__(self, count: int = 4) -> None:
-        self.count = count
+        self._count = count
 
     def __len__(self) -> int:
-        return self.count
+        return self._count
 
     def __eq__(self, other: object) -> bool:  # compares like the list it stands for
         return isinstance(other, Sequence) and list(self) == list(other)
@@ -34,10 +35,10 @@ class SimDevices(Sequence):
         from learn_parallel.devices import Device
 
         if isinstance(index, slice):
-            return [self[i] for i in range(self.count)[index]]
-        if not -self.count <= index < self.count:
+            return [self[i] for i in range(self._count)[index]]
+        if not -self._count <= index < self._count:
             raise IndexError(index)
-        return Device("sim", index % self.count).torch_device
+        return Device("sim", index % self._count).torch_device
 
 
 def assert_same(a, b, tol: dict[str, float] = TOL) -> None:

@@ -9,6 +9,9 @@ import torch
 
 
 def pytest_collection_modifyitems(config, items):
+    # GPU tests first: once any test has made a simulated device, CUDA's autograd fails
+    # for the rest of the process, so a plain `pytest` on a GPU machine runs them first.
+    items.sort(key=lambda item: "gpu" not in item.keywords)  # stable: same order otherwise
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     for item in items:
         if "gpu" not in item.keywords:
@@ -24,7 +27,8 @@ def pytest_collection_finish(session):
     Registering the ``sim`` device type breaks CUDA's autograd for the rest of the
     process (an internal assert in the engine), so a module constant such as
     ``torch.device("sim", 0)`` would fail every GPU test of the same run. Make such
-    devices on first use (``_training.SimDevices``) or inside the test.
+    devices on first use (``_training.SimDevices``) or inside the test (the GPU tests
+    run before every other test).
     """
     if torch._C._get_privateuse1_backend_name() == "sim":
         raise pytest.UsageError(
@@ -40,6 +44,11 @@ def _device_kind(request, monkeypatch):
     four simulated devices, even on a GPU machine."""
     monkeypatch.delenv("LEARN_PARALLEL_SIMULATED_DEVICES", raising=False)
     if "gpu" in request.keywords:
+        if torch._C._get_privateuse1_backend_name() == "sim":
+            pytest.fail(
+                "Simulated devices were registered earlier in this process, and CUDA's "
+                "autograd fails after that; run this test with `pytest -m gpu`."
+            )
         monkeypatch.delenv("LEARN_PARALLEL_SIMULATE", raising=False)
     else:
         monkeypatch.setenv("LEARN_PARALLEL_SIMULATE", "1")

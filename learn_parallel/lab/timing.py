@@ -232,9 +232,10 @@ class Recorder:
     On simulated devices CPU autograd runs every replica's backward one after
     another in the calling thread, so every row shows the same span.
 
-    One process of many (a DDP rank): ``row="rank:1"`` names the row of every
-    record, and ``origin_s=0.0`` keeps times on ``time.perf_counter``'s own scale,
-    which every process of a machine shares, so the ranks' rows line up.
+    One process of many (a DDP rank), on its one device: ``row="rank:1"`` names
+    that device's row (the CPU too, for a gloo rank), and ``origin_s=0.0`` keeps
+    times on ``time.perf_counter``'s own scale, which every process of a machine
+    shares, so the ranks' rows line up.
     """
 
     def __init__(
@@ -246,7 +247,9 @@ class Recorder:
     ) -> None:
         kind = device_type()
         ids = range(device_count()) if devices is None else devices
-        self.devices: list[Device] = [to_device(d, allow_cpu=True) for d in ids]
+        self.devices: list[Device] = [to_device(d, allow_cpu=row is not None) for d in ids]
+        if row is not None and len(self.devices) != 1:
+            raise ValueError(f"row={row!r} names one device's row; got {len(self.devices)}.")
         self.host_row = (kind == "cuda") if host_row is None else host_row
         self.row, self._origin_s = row, origin_s
         self.step = 0
@@ -327,7 +330,9 @@ class Recorder:
         if not self._running:
             yield
             return
-        where = [to_device(device, allow_cpu=True)] if device is not None else self.devices
+        where = self.devices
+        if device is not None:
+            where = [to_device(device, allow_cpu=self.row is not None)]
         step = self.step
         starts = self._marks(where)
         host_start = _Mark(None) if device is None and self.host_row else None

@@ -8,6 +8,7 @@ whose title names the hardware.
 
 import json
 import threading
+import time
 
 import matplotlib
 import pytest
@@ -102,6 +103,22 @@ def test_only_one_recorder_at_a_time():
         first.stop()
     assert phases.set_listener(None) is None  # stopping switched the listener off
     Recorder().start().stop()  # and another may start now
+
+
+def test_a_rank_recorder_names_its_one_row_and_keeps_the_shared_clock():
+    with pytest.raises(ValueError, match=r"row='rank:0' names one device's row; got 2"):
+        Recorder(devices=[0, 1], row="rank:0")
+    with pytest.raises(ValueError, match="non-cpu device"):
+        Recorder(devices=["cpu"])  # the CPU is a row only for a gloo rank
+    recorder = Recorder(devices=["cpu"], host_row=False, row="rank:1", origin_s=0.0)
+    with recorder, phase("forward", torch.device("cpu")):
+        pass
+    (record,) = recorder.timeline().records
+    assert record.device == "rank:1"
+    # On perf_counter's own scale, which other processes share (not ms since the start,
+    # which would be close to 0).
+    now_ms = time.perf_counter() * 1e3
+    assert now_ms - 5_000 < record.start_ms <= record.end_ms <= now_ms
 
 
 def test_concurrent_threads_lose_no_records():
