@@ -46,7 +46,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.profiler import ProfilerActivity, profile
 
 import learn_parallel as lp
 from experiments import driver_parser, first_devices, write_record
@@ -59,7 +58,7 @@ from learn_parallel.lab.persistent_workers import (
     run_in_caller,
 )
 from learn_parallel.lab.timing import describe_hardware, step_times_ms
-from learn_parallel.lab.trace import all_threads
+from learn_parallel.lab.trace import profiler
 from learn_parallel.lab.workloads import (
     Workload,
     build_model,
@@ -182,9 +181,6 @@ def _event_counts(prof: Any) -> dict[str, dict[str, Any]]:
 
 def profile_steps(workload: Workload, devices: Sequence[Device], out: Path) -> dict[str, Any]:
     """Profile one fresh-thread step and one persistent-thread step (after warm-up)."""
-    activities = [ProfilerActivity.CPU]
-    if devices[0].type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
     result: dict[str, Any] = {}
     for benchmark in (False, True):
         torch.backends.cudnn.benchmark = benchmark
@@ -195,7 +191,7 @@ def profile_steps(workload: Workload, devices: Sequence[Device], out: Path) -> d
                 step()
                 step()  # warm: the process's caches, the allocator, persistent threads
                 synchronize(devices)
-                with profile(activities=activities, experimental_config=all_threads()) as prof:
+                with profiler(cuda=devices[0].type == "cuda") as prof:
                     step()
                     synchronize(devices)
                 key = f"{name}, cudnn.benchmark {'on' if benchmark else 'off'}"

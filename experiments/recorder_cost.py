@@ -27,37 +27,25 @@ from __future__ import annotations
 import shlex
 import statistics
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from experiments import driver_parser, first_devices, write_record
 from experiments.timeline_check import make_step, workloads_for
-from learn_parallel.devices import Device, synchronize
+from learn_parallel.devices import Device
 from learn_parallel.lab import records
-from learn_parallel.lab.timing import Recorder, describe_hardware
-from learn_parallel.lab.trace import all_threads
+from learn_parallel.lab.timing import Recorder, describe_hardware, step_times_ms
+from learn_parallel.lab.trace import profiler
 
 WAYS = ("bare", "recorder", "profiler")
 
 
 def _timed(step: Callable[[], Any], devices: Sequence[Device]) -> float:
-    synchronize(devices)
-    start = time.perf_counter()
-    step()
-    synchronize(devices)
-    return (time.perf_counter() - start) * 1e3
-
-
-def _profiler() -> profile:
-    activities = [ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(ProfilerActivity.CUDA)
-    return profile(activities=activities, experimental_config=all_threads())
+    """One step's wall time (ms), every device idle before and after (the benchmark's way)."""
+    return step_times_ms(step, devices, warmup=0, steps=1)[0]
 
 
 def cost(step: Callable[[], Any], devices: Sequence[Device], steps: int) -> dict[str, Any]:
@@ -70,7 +58,7 @@ def cost(step: Callable[[], Any], devices: Sequence[Device], steps: int) -> dict
         times["bare"].append(_timed(step, devices))
         with Recorder(devices=devices):
             times["recorder"].append(_timed(step, devices))
-        with _profiler() as prof:
+        with profiler() as prof:
             times["profiler"].append(_timed(step, devices))
         for event in prof.events():
             if event.name.startswith("learn_parallel."):

@@ -8,6 +8,11 @@ import pytest
 import torch
 
 
+def _sim_registered() -> bool:
+    """Whether this process has registered the simulated device type with PyTorch."""
+    return torch._C._get_privateuse1_backend_name() == "sim"
+
+
 def pytest_collection_modifyitems(config, items):
     # GPU tests first: once any test has made a simulated device, CUDA's autograd fails
     # for the rest of the process, so a plain `pytest` on a GPU machine runs them first.
@@ -30,7 +35,7 @@ def pytest_collection_finish(session):
     devices on first use (``_training.SimDevices``) or inside the test (the GPU tests
     run before every other test).
     """
-    if torch._C._get_privateuse1_backend_name() == "sim":
+    if _sim_registered():
         raise pytest.UsageError(
             "A test module registered the simulated device type while pytest collected the "
             "tests; every CUDA backward of this run would then fail. Make simulated devices "
@@ -44,7 +49,7 @@ def _device_kind(request, monkeypatch):
     four simulated devices, even on a GPU machine."""
     monkeypatch.delenv("LEARN_PARALLEL_SIMULATED_DEVICES", raising=False)
     if "gpu" in request.keywords:
-        if torch._C._get_privateuse1_backend_name() == "sim":
+        if _sim_registered():
             pytest.fail(
                 "Simulated devices were registered earlier in this process, and CUDA's "
                 "autograd fails after that; run this test with `pytest -m gpu`."

@@ -33,17 +33,24 @@ def all_threads() -> _ExperimentalConfig | None:
         return None
 
 
+def profiler(cuda: bool | None = None) -> profile:
+    """A profiler of every thread: CPU activity, plus CUDA's if ``cuda`` (default: a GPU is seen).
+
+    torch.profiler is thread-local: without `all_threads`, the CPU ops and phase ranges
+    of the worker threads that run the replicas' forwards (ours, and torch's
+    DataParallel's) are missing.
+    """
+    if cuda is None:
+        cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    return profile(activities=activities, experimental_config=all_threads())
+
+
 @contextmanager
 def chrome_trace(path: str | Path) -> Iterator[Any]:
     """Profile the body (CPU, and CUDA where there is a GPU); write the trace to ``path``."""
-    activities = [ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(ProfilerActivity.CUDA)
     path = Path(path)
-    # torch.profiler is thread-local: without this, the CPU ops and phase ranges of
-    # the worker threads that run the replicas' forwards (ours, and torch's
-    # DataParallel's) are missing from the trace.
-    prof = profile(activities=activities, experimental_config=all_threads())
+    prof = profiler()
     with _quiet_stderr():
         prof.start()
     try:
