@@ -1,9 +1,20 @@
-"""Every chapter runs, unchanged, with 1, 2 and 3 simulated devices (the default 4 is what the
-book build and nbval execute). No cell may raise except those tagged ``raises-exception``,
-which show an error on purpose. With 1 the setup raises the count to 2 and says so.
+"""Every chapter runs, unchanged, with 2 and 3 simulated devices. No cell may raise except
+those tagged ``raises-exception``, which show an error on purpose.
 
-The one-GPU case is tests/gpu/test_gpu_one.py plus `book/data/record_gpu_runs.sh` (PARTS=notebooks)
-on a one-GPU machine: learn_parallel/lab/recorded/h100-x1/notebooks.log.
+Which runs prove what, so that no chapter is executed more often than it needs:
+
+* 4 devices, the default, is what nbval executes (``test_book.py``).
+* 2 is the fewest a lesson runs on: a chapter that indexes a third device fails here.
+* 3 splits a batch of 2^k rows unevenly (4, 4, 2 pieces of 10; 3, 3, 2 of 8), which 2 and 4
+  do not.
+* 1 is raised to 2 by the shared setup cell (``lab.chapter``), so for a chapter that opens
+  with that cell a run with 1 is the run with 2: the setup's message is checked once in
+  ``test_chapter_plan.py``, and each such chapter's first code cell is checked here. A chapter
+  without the shared setup (the teacher's guide) runs with 1 as well.
+* The glossary has no code.
+
+The one-GPU case is tests/gpu/test_gpu_one.py plus `book/data/record_gpu_runs.sh`
+(PARTS=notebooks) on a one-GPU machine.
 """
 
 from __future__ import annotations
@@ -16,7 +27,18 @@ from _book import BOOK, ROOT
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (Jupyter)")
 nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed (Jupyter)")
 
-CHAPTERS = sorted(BOOK.glob("*.ipynb"))
+SHARED_SETUP = "from learn_parallel.lab.chapter import *"
+
+
+def _first_code(path) -> str | None:
+    code = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    return code[0].source if code else None
+
+
+CHAPTERS = [p for p in sorted(BOOK.glob("*.ipynb")) if _first_code(p) is not None]
+WITH_SETUP = [p for p in CHAPTERS if SHARED_SETUP in _first_code(p)]
+RUNS = [(p, count) for p in CHAPTERS for count in (2, 3)]
+RUNS += [(p, 1) for p in CHAPTERS if p not in WITH_SETUP]
 
 
 def execute(path, count: int) -> list[str]:
@@ -32,18 +54,20 @@ def execute(path, count: int) -> list[str]:
     with client.setup_kernel(env=env):
         for index, cell in enumerate(nb.cells):
             client.execute_cell(cell, index)  # raises unless the cell is tagged raises-exception
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    first = code[0].outputs if code else []  # the glossary has no code
+    first = next(c for c in nb.cells if c.cell_type == "code").outputs
     return [o.get("text", "") for o in first if o.output_type == "stream"]
 
 
-@pytest.mark.parametrize("count", [1, 2, 3])
-@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_chapters_open_with_the_shared_setup():
+    """The device plan, and with it the raising of 1 device to 2, lives in one cell."""
+    assert len(WITH_SETUP) >= len(CHAPTERS) - 1, [p.stem for p in CHAPTERS if p not in WITH_SETUP]
+    for path in WITH_SETUP:
+        assert _first_code(path).count("import *") == 1, path.name
+
+
+@pytest.mark.parametrize(("chapter", "count"), RUNS, ids=lambda v: getattr(v, "stem", v))
 def test_chapter_runs_with_this_many_simulated_devices(chapter, count):
     printed = "".join(execute(chapter, count))
-    if chapter.stem in ("teaching", "glossary"):
-        return  # no device plan printed: the guide and the glossary
-    devices = max(count, 2)
-    assert printed.startswith(f"{devices} devices: sim:0 (simulated on the CPU)"), printed
-    if count == 1:
-        assert "LEARN_PARALLEL_SIMULATED_DEVICES=1 raised to 2" in printed, printed
+    if chapter not in WITH_SETUP:
+        return  # no device plan printed: the teacher's guide
+    assert printed.startswith(f"{count} devices: sim:0 (simulated on the CPU)"), printed

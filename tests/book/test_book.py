@@ -1,12 +1,19 @@
 """The book builds without a single warning, and its notebooks still produce their stored outputs.
 
-* ``test_book_builds``: ``jupyter-book build . -W --keep-going`` executes every chapter
-  (simulated devices here) and turns any warning (a bad cross-reference, a notebook cell
-  that raises unexpectedly, a kernel's own warning) into a failure.
-* ``test_notebooks_match_stored_outputs``: nbval re-runs every ``book/*.ipynb`` and compares
-  each code cell's output with the one stored in the file (sanitized by
-  ``tests/nbval_sanitize.cfg``). The stored outputs were made on simulated CPU devices, so
-  this test is skipped on a GPU machine.
+Each chapter is executed once here, by nbval, and the other tests reuse that run:
+
+* ``test_notebooks_match_stored_outputs``: nbval executes every ``book/*.ipynb`` on the
+  default four simulated devices, fails on any cell that raises unless it is tagged
+  ``raises-exception`` (as the executing build does), and compares each code cell's output
+  with the one stored in the file (sanitized by ``tests/nbval_sanitize.cfg``). The stored
+  outputs were made on simulated CPU devices, so this test is skipped on a GPU machine.
+* ``test_book_builds_without_warnings``: ``jupyter-book build . -W --keep-going`` of every
+  page from those stored outputs (which nbval has just shown a fresh run reproduces) turns
+  any warning (a bad cross-reference, a missing page, an unknown output) into a failure.
+* ``test_the_executing_build_runs_a_chapter``: the README's build executes the chapters
+  itself; this builds with execution on for one chapter, so the executing path (its
+  kernel, the kernel_encryption extension, the raises-exception tags) is proven too.
+* ``tests/book/test_any_hardware.py`` executes every chapter again on 2 and 3 devices.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from _book import BOOK, ROOT, build, jupyter_book
@@ -32,9 +40,7 @@ def _simulated_env() -> dict[str, str]:
     return env
 
 
-@needs_jupyter_book
-def test_book_builds_without_warnings():
-    result, seconds = build(strict=True)
+def _assert_built_without_warnings(result, seconds: float, html: Path) -> None:
     log = result.stdout + result.stderr
     assert result.returncode == 0, f"build failed after {seconds:.0f} s:\n{log[-6000:]}"
     # Every WARNING line counts, the kernels' own too (book/_ext/kernel_encryption.py keeps
@@ -42,7 +48,28 @@ def test_book_builds_without_warnings():
     warnings = [line for line in log.splitlines() if "WARNING" in line]
     assert not warnings, "build warnings:\n" + "\n".join(warnings)
     for chapter in BOOK.glob("*.ipynb"):
-        assert (ROOT / "_build" / "html" / "book" / f"{chapter.stem}.html").exists(), chapter
+        assert (html / "book" / f"{chapter.stem}.html").exists(), chapter
+
+
+@needs_jupyter_book
+def test_book_builds_without_warnings():
+    result, seconds = build(strict=True)
+    _assert_built_without_warnings(result, seconds, ROOT / "_build" / "html")
+
+
+# A chapter whose cells show errors on purpose (its exercise checks, tagged
+# raises-exception), print, plot, and start simulated devices in the kernel.
+EXECUTED_BY_THE_BUILD = "scatter"
+
+
+@needs_jupyter_book
+def test_the_executing_build_runs_a_chapter(tmp_path):
+    result, seconds = build(strict=True, only=EXECUTED_BY_THE_BUILD, out=tmp_path)
+    _assert_built_without_warnings(result, seconds, tmp_path / "_build" / "html")
+    log = result.stdout + result.stderr
+    executed = [line for line in log.splitlines() if ": Executed notebook in " in line]
+    assert len(executed) == 1, f"expected one executed chapter, got {executed}"
+    assert f"book/{EXECUTED_BY_THE_BUILD}.ipynb: Executed" in executed[0], executed
 
 
 def test_notebooks_are_stored_with_outputs():

@@ -1,9 +1,9 @@
 """The built site works in a real browser: pages, links, images, search, solutions.
 
-Serves ``_build/html`` on localhost and drives Debian's headless Chromium with Playwright
-(``executable_path=/usr/bin/chromium``; no ``playwright install`` needed). Builds the book
-first if ``_build/html`` is missing or older than the chapters. Skipped, with the reason,
-where Chromium or Playwright is not installed.
+Builds the site from the chapters' stored outputs (``_book.built_site``), serves it on
+localhost and drives Debian's headless Chromium with Playwright
+(``executable_path=/usr/bin/chromium``; no ``playwright install`` needed). Skipped, with the
+reason, where Chromium, Playwright or jupyter-book is not installed.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from urllib.parse import urljoin, urlparse
 
 import pytest
 import yaml
-from _book import HTML, ROOT, build, html_is_fresh, jupyter_book
+from _book import ROOT, built_site, jupyter_book
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [
@@ -52,18 +52,16 @@ def toc_pages() -> list[str]:
 
 @pytest.fixture(scope="module")
 def site():
-    if not html_is_fresh():
-        if jupyter_book() is None:
-            pytest.skip("jupyter-book is not installed, and _build/html is missing or stale")
-        result, _ = build(strict=False)
-        assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    if jupyter_book() is None:
+        pytest.skip("jupyter-book is not installed (pip install -r requirements.txt)")
+    html = built_site()
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
             pass
 
     server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(HTML))
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(html))
     )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/"
