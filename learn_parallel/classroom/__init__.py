@@ -1,19 +1,15 @@
 """Exercises: the checks students run in the chapters, and the tools that grade them.
 
 Every exercise has an id (``"scatter-sizes"``). A chapter's check cell calls
-``check("scatter-sizes", chunk_sizes)``; the autograder calls the very same
-function. Each chapter's checks live in ``learn_parallel/classroom/checks/``
-and register themselves with `exercise`. A check raises ``AssertionError``
-with a message that says what is wrong, and may return a short note that is
-printed when the answer passes.
+``check("scatter-sizes", chunk_sizes)``, and the autograder runs the very same check. Each
+chapter's checks live in the `checks` subpackage and register themselves with `exercise`:
+a check raises ``AssertionError`` saying what is wrong (the student and the grader both
+report it as `CheckFailed`), and may return a short note printed when the answer passes.
 
-The rest of the subpackage works on the notebooks: `notebooks` finds the
-exercise cells by their tags, `handouts` writes the student copies, `grade`
-runs submissions through the checks (the student's code in a kernel, the
-verdict in the grader: `judge`, with answers passed as `plain` data), and
-`track` builds the "write it yourself" copy of the package
-(``python -m learn_parallel.classroom --help``). `exercise_table` lists every
-exercise for the teacher's guide.
+The rest works on the notebooks: `notebooks` finds the exercise cells by their tags,
+`handouts` writes the student copies, `grade` runs submissions (the student's code in a
+kernel, the verdict in the grader: `judge`) and `track` writes the build-it-yourself copy
+of the package. The teaching chapter (``book/teaching.ipynb``) shows each of them at work.
 """
 
 from __future__ import annotations
@@ -22,6 +18,7 @@ import importlib
 import os
 import pkgutil
 from collections.abc import Callable
+from html import escape
 from typing import Any
 
 Check = Callable[..., Any]
@@ -91,15 +88,43 @@ def chapter_of(exercise_id: str) -> str:
     return _CHAPTERS[exercise_id]
 
 
-def exercise_table() -> str:
-    """Every exercise as a Markdown table (chapter, id, title, points), in the book's order,
-    made from the registered checks: the teacher's guide shows this, so it cannot drift."""
+class ExerciseTable:
+    """Rows of (chapter, exercise id, title, points): an HTML table in Jupyter, in the built
+    site and in nbconvert's HTML, aligned columns as plain text."""
+
+    COLUMNS = ("chapter", "exercise", "title", "points")
+
+    def __init__(self, rows: list[tuple[str, str, str, int]]) -> None:
+        self.rows = rows
+
+    def _repr_html_(self) -> str:
+        def row(cells: list[str], tag: str) -> str:
+            return "<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in cells) + "</tr>"
+
+        head = row(list(self.COLUMNS), "th")
+        body = [
+            row([escape(chapter), f"<code>{escape(i)}</code>", escape(title), str(points)], "td")
+            for chapter, i, title, points in self.rows
+        ]
+        return (
+            f"<table>\n<thead>{head}</thead>\n<tbody>\n" + "\n".join(body) + "\n</tbody>\n</table>"
+        )
+
+    def __repr__(self) -> str:
+        lines = [self.COLUMNS, *[tuple(str(c) for c in r) for r in self.rows]]
+        widths = [max(len(line[k]) for line in lines) for k in range(len(self.COLUMNS))]
+        return "\n".join(
+            "  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines
+        )
+
+
+def exercise_table() -> ExerciseTable:
+    """Every exercise (chapter, id, title, points) in the book's order, made from the
+    registered checks: the teacher's guide shows this, so it cannot drift."""
     _load_all()
     order = {chapter: i for i, chapter in enumerate(CHAPTERS)}
     ids = sorted(_CHECKS, key=lambda i: (order.get(_CHAPTERS[i], len(order)), _CHAPTERS[i]))
-    rows = ["| chapter | exercise | title | points |", "| --- | --- | --- | --- |"]
-    rows += [f"| {_CHAPTERS[i]} | `{i}` | {_TITLES[i]} | {POINTS} |" for i in ids]
-    return "\n".join(rows)
+    return ExerciseTable([(_CHAPTERS[i], i, _TITLES[i], POINTS) for i in ids])
 
 
 def grading() -> bool:
@@ -108,8 +133,8 @@ def grading() -> bool:
 
 
 class CheckFailed(AssertionError):
-    """A check's verdict: its message, and one line saying where (IPython shows just that,
-    not the classroom package's frames)."""
+    """A check's verdict: its message, and where in the student's code it failed, if it
+    failed there (IPython shows just that, not the classroom package's frames)."""
 
     def __init__(self, message: str, where: str = "") -> None:
         super().__init__(message)
@@ -119,33 +144,43 @@ class CheckFailed(AssertionError):
         return [f"CheckFailed: {self}"] + ([f"  ({self.where})"] if self.where else [])
 
 
+def _not_the_students(filename: str) -> bool:
+    """Is this frame's file the package's, the standard library's or an installed one's?"""
+    import sysconfig
+
+    path = os.path.abspath(filename)
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    installed = [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    return any(path.startswith(p + os.sep) for p in [package, *installed])
+
+
 def _where(error: BaseException) -> str:
-    """The innermost line of the student's code (or else of the check) in ``error``'s
-    traceback, with paths inside the package written relative to it."""
+    """The innermost line of the student's own code in ``error``'s traceback, or "" when
+    the check failed on a value the answer returned (no student line to point at)."""
     import traceback
 
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     frames = traceback.extract_tb(error.__traceback__)
-    mine = [f for f in frames if not os.path.abspath(f.filename).startswith(package)]
-    frame = (mine or frames or [None])[-1]
-    if frame is None:
+    mine = [f for f in frames if not _not_the_students(f.filename)]
+    if not mine:
         return ""
-    name = os.path.abspath(frame.filename)
-    if name.startswith(package):
-        name = os.path.relpath(name, os.path.dirname(package))
-    elif not os.path.exists(name):
-        name = "your cell"  # a notebook cell's code has no file (only a temporary name)
-    else:
-        name = os.path.basename(name)
+    frame = mine[-1]
+    name = frame.filename
+    # A notebook cell's code has no file (only a temporary name).
+    name = os.path.basename(name) if os.path.exists(name) else "your cell"
     return f"{name}, line {frame.lineno}, in {frame.name}"
 
 
-def check_message(exercise_id: str, failure: BaseException) -> str:
-    """What a failed check says, as the grader reports it (one line)."""
+def failure_message(exercise_id: str, failure: BaseException) -> str:
+    """What a failed check says: ``"<id>: <what is wrong>"`` (one line)."""
     if isinstance(failure, AssertionError):
-        text = str(failure).removeprefix(f"{exercise_id}: ")
-        return f"AssertionError: {exercise_id}: {text}"
-    return f"AssertionError: {exercise_id}: your answer raised {type(failure).__name__}: {failure}"
+        return f"{exercise_id}: {str(failure).removeprefix(f'{exercise_id}: ')}"
+    return f"{exercise_id}: your answer raised {type(failure).__name__}: {failure}"
+
+
+def check_message(exercise_id: str, failure: BaseException) -> str:
+    """What the grader reports for a failed check: the line the student sees under the
+    check cell, ``"CheckFailed: <id>: <what is wrong>"``."""
+    return f"{CheckFailed.__name__}: {failure_message(exercise_id, failure)}"
 
 
 def check(exercise_id: str, *answer: Any) -> None:
@@ -163,8 +198,7 @@ def check(exercise_id: str, *answer: Any) -> None:
     try:
         note = _CHECKS[exercise_id](*answer)
     except Exception as error:
-        message = check_message(exercise_id, error).removeprefix("AssertionError: ")
-        raise CheckFailed(message, _where(error)) from None
+        raise CheckFailed(failure_message(exercise_id, error), _where(error)) from None
     print(f"check passed: {exercise_id}" + (f" ({note})" if note else ""))
 
 

@@ -25,30 +25,67 @@ def _book() -> Path | None:
         return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m learn_parallel.classroom")
-    commands = parser.add_subparsers(dest="command", required=True)
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per job, a sentence and help for every argument."""
+    parser = argparse.ArgumentParser(
+        prog="python -m learn_parallel.classroom",
+        description="Student copies, grading and the build-it-yourself track for the "
+        "book's exercises (the teaching chapter shows each command at work).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    book = _book()
 
-    handouts = commands.add_parser("handouts", help="write student copies of the chapters")
-    handouts.add_argument("out", type=Path)
-    handouts.add_argument("--book", type=Path, default=_book())
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=summary, description=description)
+
+    handouts = command(
+        "handouts",
+        "write student copies of the chapters",
+        "Write a student copy of every chapter that has exercises into OUT: solution cells "
+        "and the text that points at them removed, outputs cleared; with a copy of the package "
+        "and a GitHub Classroom workflow, so OUT can be pushed as an assignment repository.",
+    )
+    handouts.add_argument(
+        "out", type=Path, metavar="OUT", help="folder to write into (made if missing)"
+    )
+    handouts.add_argument(
+        "--book",
+        type=Path,
+        default=book,
+        help=f"folder of chapter notebooks to copy (default: {book or 'none found'})",
+    )
     handouts.add_argument(
         "--no-package",
         action="store_true",
         help="only the notebooks (no package copy, no grading workflow)",
     )
 
-    grade = commands.add_parser("grade", help="grade a folder of submitted notebooks")
-    grade.add_argument("submissions", type=Path)
+    grade = command(
+        "grade",
+        "grade a folder of submitted notebooks",
+        "Grade every chapter notebook under SUBMISSIONS: each notebook's cells run in a fresh "
+        "Jupyter kernel, each check's verdict is reached in this process; print a score per "
+        "notebook and the message of every failed check (track copies: one point per task).",
+    )
+    grade.add_argument(
+        "submissions",
+        type=Path,
+        metavar="SUBMISSIONS",
+        help="folder of submissions, searched at any depth (e.g. one folder per student)",
+    )
     grade.add_argument(
         "--reference",
         type=Path,
-        default=_book(),
+        default=book,
         help="folder of reference notebooks whose check cells are used (default: the book; "
         "without it, each submission's own check cells)",
     )
     grade.add_argument("--timeout", type=int, default=60, help="seconds per cell (default 60)")
-    grade.add_argument("--kernel", default="python3")
+    grade.add_argument(
+        "--kernel",
+        default="python3",
+        help="the Jupyter kernel the students' cells run in (default python3)",
+    )
     grade.add_argument("--json", type=Path, help="also write the results here")
     grade.add_argument(
         "--jobs", type=int, default=1, help="notebooks graded at once (default 1; one per core)"
@@ -60,14 +97,43 @@ def main(argv: list[str] | None = None) -> int:
         "(the autograde workflow passes $GITHUB_OUTPUT)",
     )
 
-    track = commands.add_parser("track", help="write the build-it-yourself copy of the package")
-    track.add_argument("out", type=Path)
-    track.add_argument("--tasks", nargs="+", choices=[t.name for t in TASKS])
+    track = command(
+        "track",
+        "write the build-it-yourself copy of the package",
+        "Write a copy of the package into OUT in which core functions are tasks (their bodies "
+        "raise NotImplementedError), with each task's tests (python -m pytest -m TASK).",
+    )
+    track.add_argument(
+        "out", type=Path, metavar="OUT", help="folder to write into (made if missing)"
+    )
+    track.add_argument(
+        "--tasks",
+        nargs="+",
+        choices=[t.name for t in TASKS],
+        help="the functions to turn into tasks (default: all of them)",
+    )
 
-    result = commands.add_parser("result", help="exit 0 if one exercise passed in a results file")
-    result.add_argument("results", type=Path)
-    result.add_argument("exercise")
+    result = command(
+        "result",
+        "exit 0 if one exercise passed in a results file",
+        "Print the result of EXERCISE from RESULTS, a file written by grade --json; exit 0 if it "
+        "passed, 1 if it failed or was not graded (one CI step per exercise).",
+    )
+    result.add_argument(
+        "results", type=Path, metavar="RESULTS", help="the results file (grade --json FILE)"
+    )
+    result.add_argument("exercise", metavar="EXERCISE", help="the exercise id, e.g. scatter-sizes")
+    return parser
 
+
+def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of one subcommand (its errors show that subcommand's usage)."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return commands.choices[name]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "handouts":
         from learn_parallel.classroom.handouts import make_handouts
@@ -111,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             chosen = make_track(args.out, args.tasks)
         except FileNotFoundError as error:
-            track.error(str(error))
+            _subcommand(parser, "track").error(str(error))
         for task in chosen:
             print(f"{task.name}: {task.qualname} in {args.out / 'learn_parallel' / task.module}")
         return 0

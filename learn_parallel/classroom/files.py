@@ -2,8 +2,8 @@
 
 The chapters (``book/*.ipynb``), the track's tests and the grading workflow live in the
 repository. In a clone the package uses them in place; a wheel carries copies (the chapters
-without outputs) under ``learn_parallel/classroom/shipped/``, laid out the same way
-(``setup.py`` puts them there), so the teacher's guide and the commands work after a plain
+without outputs) under ``learn_parallel/classroom/shipped/``, laid out the same way (the
+wheel's build puts them there), so the teacher's guide and the commands work after a plain
 ``pip install``.
 """
 

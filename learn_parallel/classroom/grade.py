@@ -132,8 +132,9 @@ def grade_notebook(
     with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
         while True:
             remaining = [ex for ex in to_grade if ex.id not in results]
-            died = _run(path, chapter, student, skipped, remaining, results, scratch, timeout,
-                        kernel_name)  # fmt: skip
+            died = _run(
+                path, chapter, student, skipped, remaining, results, scratch, timeout, kernel_name
+            )
             if died is None:
                 break
             if died >= 0:

@@ -2,12 +2,17 @@
 
 nbconvert does the work: its ``TagRemovePreprocessor`` drops every cell tagged
 ``solution`` and its ``ClearOutputPreprocessor`` clears outputs and execution counts,
-so the handouts are made from the very notebooks the book is built from.
+so the handouts are made from the very notebooks the book is built from. The chapters'
+text about the solutions ("click the folded line labelled Solution") would be false in a
+copy without them: `without_solution_text` rewrites or drops it.
 """
 
 from __future__ import annotations
 
+import io
+import re
 import shutil
+import tokenize
 from pathlib import Path
 
 import nbformat
@@ -32,8 +37,62 @@ same table yourself: `python -m learn_parallel.classroom grade . --reference .`
 """
 
 
+# What a chapter says about a solution that a handout no longer has: a parenthesis that
+# mentions it goes, "after the solution" is after the check (the solution came right after
+# it), and any other sentence that mentions a solution is dropped.
+_PARENTHESIS = re.compile(r"\s*\([^()]*\bsolutions?\b[^()]*\)", re.IGNORECASE)
+_AFTER_THE_SOLUTION = re.compile(r"\bafter(\s+)the(\s+)solution\b")
+MENTIONS_A_SOLUTION = re.compile(r"\bsolutions?\b", re.IGNORECASE)
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])(\s+)(?=[A-Z*`_(\[])")
+
+
+def _rewritten(text: str) -> str:
+    text = _PARENTHESIS.sub("", text)
+    return _AFTER_THE_SOLUTION.sub(r"after\1the\2check", text)
+
+
+def _markdown_without_solutions(text: str) -> str:
+    paragraphs = []
+    for paragraph in _rewritten(text).split("\n\n"):
+        # re.split keeps each break: [sentence, break, sentence, break, ...]
+        parts = _SENTENCE_BREAK.split(paragraph)
+        kept = ""
+        for i in range(0, len(parts), 2):
+            if not MENTIONS_A_SOLUTION.search(parts[i]):
+                kept += (parts[i - 1] if kept else "") + parts[i]
+        if kept.strip():
+            paragraphs.append(kept)
+    return "\n\n".join(paragraphs)
+
+
+def _code_without_solutions(source: str) -> str:
+    """Rewrite only the strings and comments of ``source`` (its code stays as it is)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return source
+    lines = source.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    for token in reversed(tokens):
+        if token.type in (tokenize.STRING, tokenize.COMMENT) and token.start[0] == token.end[0]:
+            start = offsets[token.start[0] - 1] + token.start[1]
+            end = offsets[token.end[0] - 1] + token.end[1]
+            source = source[:start] + _rewritten(token.string) + source[end:]
+    return source
+
+
+def without_solution_text(source: str, cell_type: str) -> str:
+    """A non-solution cell's source as a handout shows it: nothing in it points at a
+    solution (a Markdown cell loses such sentences, a code cell such parentheses)."""
+    if cell_type == "markdown":
+        return _markdown_without_solutions(source)
+    return _code_without_solutions(source)
+
+
 def student_copy(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """The notebook without its solutions and outputs."""
+    """The notebook without its solutions, its text about them, and its outputs."""
     copy = nbformat.from_dict(notebook)
     resources: dict = {}
     remove = TagRemovePreprocessor(remove_cell_tags={SOLUTION}, enabled=True)
@@ -41,6 +100,9 @@ def student_copy(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
     copy, resources = ClearOutputPreprocessor(enabled=True).preprocess(copy, resources)
     for cell in copy.cells:
         cell.metadata.pop("execution", None)
+        if MENTIONS_A_SOLUTION.search(cell.source):
+            cell.source = without_solution_text(cell.source, cell.cell_type)
+    copy.cells = [c for c in copy.cells if c.source.strip() or c.cell_type == "code"]
     return copy
 
 

@@ -1,21 +1,17 @@
 """Grading a check in two processes: the student's kernel records, the grader judges.
 
-The grader cannot trust anything that runs in the student's kernel: the student's code
-can patch ``check``, the check modules, ``print`` or ``torch.equal`` there. So every check
-runs twice, from the same seed:
+The student's code can patch anything in its kernel (``check``, the checks, ``print``,
+``torch.equal``), so every check runs twice, from the same seed:
 
-1. In the kernel (`recorder`), on the student's real answer. Each call of the answer (and
-   each `observe` probe) is *recorded*: its returned value, written as plain data (tensors
-   with their device, numbers, strings, lists, tuples, dicts, sets), or the exception it
-   raised. The kernel's own verdict is kept too, but it can only *fail* an exercise: it is
-   where the checks' spies on *how* an answer works (`tools.forbid`, `tools.Moves`,
-   `tools.spy`) run, since they must watch the student's code as it runs.
+1. In the kernel (`recorder`), on the student's real answer: each call of the answer (and
+   each `observe` probe) is recorded as plain data (`plain`), or as the exception it raised.
+   The kernel's verdict can only *fail* an exercise: it is where the spies on *how* an
+   answer works (`tools.forbid`, `tools.Moves`, `tools.spy`) watch the student's code.
 2. In the grader (`judge`), the same check runs again on *replayed* answers: each call
-   returns the next recorded value. Every comparison with the expected values, which the
-   check computes itself from the package, happens here, in a process the student's code
-   never ran in. The transcript is read with ``torch.load(weights_only=True)`` and every
-   node is checked to be plain data, so it cannot run code or smuggle in an object whose
-   ``__eq__`` always says yes.
+   returns the next recorded value, and every comparison with the values the check computes
+   from the package happens here, where no student code ever ran. The transcript is read
+   with ``torch.load(weights_only=True)`` and every node checked to be plain data.
+The teaching chapter (``book/teaching.ipynb``) says what this guarantees and what not.
 """
 
 from __future__ import annotations
@@ -33,30 +29,17 @@ import torch
 from torch import nn
 
 from learn_parallel.classroom.plain import UngradableAnswer, decode, encode
+from learn_parallel.classroom.role import JUDGE, KERNEL, acting_as, role
+from learn_parallel.classroom.tools import ForbiddenCall, machine
 
-LOCAL, KERNEL, JUDGE = "local", "kernel", "judge"
 
-
-class _State:  # one per process (answers may run in threads): what this process is doing
-    role = LOCAL
+class _State:  # one per process (answers may run in threads): the transcript in use
     outcomes: list = []
     replay: _Replay | None = None
 
 
 _state = _State()
 _MAX_OUTCOMES = 100_000  # a transcript longer than any check's: an answer that loops
-
-
-def role() -> str:
-    """``"local"`` in a notebook or under pytest, ``"kernel"`` while recording, ``"judge"``
-    while the grader replays."""
-    return _state.role
-
-
-def judging() -> bool:
-    """True while the grader replays: nothing of the student's runs, spies have nothing
-    to see (the kernel's run already applied them)."""
-    return role() == JUDGE
 
 
 # --------------------------------------------------------------------------
@@ -122,14 +105,12 @@ def recorder(path: str | Path) -> Callable[..., None]:
         verdict = None
         _seed()
         os.environ[GRADING_ENV] = "1"  # the same hidden cases as the judge's run
-        _state.role, _state.outcomes = KERNEL, outcomes
+        _state.outcomes = outcomes
         try:
-            with _quiet():  # an answer that prints megabytes costs nothing
+            with acting_as(KERNEL), _quiet():  # an answer that prints megabytes costs nothing
                 _CHECKS[exercise_id](*args)
         except Exception as failure:
             verdict = check_message(exercise_id, failure)
-        finally:
-            _state.role = LOCAL
         transcript = {
             "args": described,
             "outcomes": outcomes,
@@ -184,8 +165,6 @@ class _Replay:
 
 
 def _exception(name: str, message: str) -> BaseException:
-    from learn_parallel.classroom.tools import ForbiddenCall
-
     known = {"ForbiddenCall": ForbiddenCall, "UngradableAnswer": UngradableAnswer}
     kind = known.get(name) or getattr(builtins, name, None)
     if not (isinstance(kind, type) and issubclass(kind, Exception)):
@@ -195,8 +174,6 @@ def _exception(name: str, message: str) -> BaseException:
 
 
 def _devices_here() -> list[str]:
-    from learn_parallel.classroom.tools import machine
-
     return [str(d) for d in machine().devices]
 
 
@@ -233,16 +210,16 @@ def judge(exercise_id: str, path: str | Path) -> tuple[bool, str]:
             "grade with the devices the notebook uses (LEARN_PARALLEL_SIMULATED_DEVICES)"
         )
     _seed()
-    _state.role, _state.replay = JUDGE, replay
+    _state.replay = replay
     previous = os.environ.get(GRADING_ENV)
     os.environ[GRADING_ENV] = "1"  # the hidden cases, as in the kernel
     try:
-        with _quiet():
+        with acting_as(JUDGE), _quiet():
             _CHECKS[exercise_id](*args)
     except Exception as failure:
         return False, check_message(exercise_id, failure)
     finally:
-        _state.role, _state.replay = LOCAL, None
+        _state.replay = None
         if previous is None:
             os.environ.pop(GRADING_ENV, None)
         else:

@@ -3,7 +3,7 @@ and telling whether a tensor was really sent to its device.
 
 Checks never read a notebook's globals; they find the devices here, exactly as a
 chapter's setup cell does. The spies watch the student's code as it runs, so while the
-grader replays recorded answers (`judge.judging`) they have nothing to watch and let the
+grader replays recorded answers (`role.judging`) they have nothing to watch and let the
 replay through: the kernel's run of the same check applied them.
 """
 
@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from learn_parallel.classroom.judge import judging
+from learn_parallel.classroom.role import judging
 from learn_parallel.devices import (
     Device,
     device_count,

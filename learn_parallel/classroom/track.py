@@ -3,10 +3,10 @@ to write, and per-task tests (``pytest -m task_scatter``) that the autograder ru
 
 The reference package stays the source of truth and carries no markers: each task
 names a function by file and qualified name, and the generator replaces that
-function's body (after its docstring) with ``raise NotImplementedError``. The
-task tests live in ``tests/classroom/track/test_tasks.py`` (a wheel carries a copy, see
-`learn_parallel.classroom.files`) and run unchanged against the reference (where they
-pass) and the student copy (where they pass once the task is done).
+function's body (after its docstring) with ``raise NotImplementedError``. The task
+tests come from the repository (a wheel carries a copy, see `files`) and run unchanged
+against the reference (where they pass) and the student copy (where they pass once the
+task is done). The teaching chapter (``book/teaching.ipynb``) makes a track copy.
 """
 
 from __future__ import annotations

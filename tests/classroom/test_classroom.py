@@ -1,6 +1,7 @@
 """The classroom kit: student copies, the autograder, and the build-it-yourself track.
 
-* handouts: the student copies hold every stub and check cell and no solution code;
+* handouts: the student copies hold every stub and check cell, no solution code, and no
+  text that points at a solution;
 * grading: a folder with a correct, a wrong and an empty submission scores 2, 1 and 0;
   a hanging and a crashing answer score zero for their exercise only;
 * the track: each task's tests fail when that task is stubbed out and pass on the
@@ -20,7 +21,11 @@ nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (Ju
 pytest.importorskip("nbclient", reason="nbclient is not installed (Jupyter)")
 
 from learn_parallel.classroom.grade import grade, grade_notebook, table  # noqa: E402
-from learn_parallel.classroom.handouts import make_handouts  # noqa: E402
+from learn_parallel.classroom.handouts import (  # noqa: E402
+    MENTIONS_A_SOLUTION,
+    make_handouts,
+    without_solution_text,
+)
 from learn_parallel.classroom.notebooks import (  # noqa: E402
     CHECK,
     SOLUTION,
@@ -64,9 +69,46 @@ def test_handouts_keep_stubs_and_checks_and_drop_solutions(tmp_path):
             assert [c.source for c in handout.cells if tag in tags(c)] == want, (path.name, tag)
         code = [c for c in handout.cells if c.cell_type == "code"]
         assert all(not c.outputs and c.execution_count is None for c in code), path.name
-        # Everything that is not a solution is kept, in order.
-        kept = [c.source for c in book.cells if SOLUTION not in tags(c)]
-        assert [c.source for c in handout.cells] == kept
+        # Everything that is not a solution is kept, in order, less its words about solutions.
+        kept = [c for c in book.cells if SOLUTION not in tags(c)]
+        assert [c.source for c in handout.cells] == [
+            without_solution_text(c.source, c.cell_type) for c in kept
+        ]
+
+
+def test_no_handout_points_at_a_solution_it_does_not_have(tmp_path):
+    """The chapters say "click the folded line labelled Solution"; a handout has none, so no
+    sentence, comment or printed string of any handout may mention a solution."""
+    written = make_handouts(BOOK, tmp_path, package=False)
+    book_mentions = 0
+    for path in written:
+        book_mentions += sum(
+            bool(MENTIONS_A_SOLUTION.search(c.source))
+            for c in read(BOOK / path.name).cells
+            if SOLUTION not in tags(c)
+        )
+        for index, cell in enumerate(read(path).cells):
+            for line in cell.source.splitlines():
+                assert not MENTIONS_A_SOLUTION.search(line), f"{path.name} cell {index}: {line}"
+    assert book_mentions >= 12  # the chapters do mention them: the rewriting was needed
+
+
+def test_solution_text_is_rewritten_or_dropped_sentence_by_sentence():
+    exercises_text = (
+        "## Exercises\n\nEach exercise has a stub and a check cell that runs `check` on it. "
+        "Under each check\ncell, a folded line labelled **Solution** holds the answer: click "
+        "it. The student copies leave the solutions out.\n\nGood luck."
+    )
+    assert without_solution_text(exercises_text, "markdown") == (
+        "## Exercises\n\nEach exercise has a stub and a check cell that runs `check` on it."
+        "\n\nGood luck."
+    )
+    exercise = "Write `f`. The cell after the\nsolution uses it (`perf-efficiency`)."
+    assert without_solution_text(exercise, "markdown") == (
+        "Write `f`. The cell after the\ncheck uses it (`perf-efficiency`)."
+    )
+    code = 'solution = 1  # (the solution)\nprint("Write f above (or paste its solution).")\n'
+    assert without_solution_text(code, "code") == 'solution = 1  #\nprint("Write f above.")\n'
 
 
 def test_handouts_for_a_classroom_repository(tmp_path):
@@ -131,6 +173,34 @@ def test_result_command_reports_one_exercise(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_help_says_what_each_command_and_argument_does(capsys):
+    """``--help`` lists every command with a summary; each command's ``--help`` has a
+    sentence saying what it does and help for every argument."""
+    import argparse
+    import re
+
+    from learn_parallel.classroom.__main__ import build_parser, main
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(commands.choices) == {"handouts", "grade", "track", "result"}
+    with pytest.raises(SystemExit, match="0"):
+        main(["--help"])
+    top = capsys.readouterr().out
+    for summary in commands._choices_actions:  # "  handouts  write student copies ..."
+        assert summary.help and re.search(rf"^ +{summary.dest} +{summary.help}$", top, re.M), top
+    for name, command in commands.choices.items():
+        assert command.description and command.description.endswith("."), name
+        arguments = [a for a in command._actions if not isinstance(a, argparse._HelpAction)]
+        undocumented = [a.dest for a in arguments if not (a.help or "").strip()]
+        assert not undocumented, f"{name}: no help for {undocumented}"
+        with pytest.raises(SystemExit, match="0"):
+            main([name, "--help"])
+        shown = "".join(capsys.readouterr().out.split())  # argparse wraps lines, paths too
+        assert "".join(command.description.split()) in shown, name
+        for argument in arguments:
+            assert "".join(argument.help.split()) in shown, (name, argument.dest)
+
+
 def _wrong_answers(chapter: str) -> dict:
     path = Path(__file__).resolve().parent / "exercise_wrong_answers" / f"{chapter}.py"
     spec = importlib.util.spec_from_file_location("wrong", path)
@@ -181,8 +251,47 @@ def test_grading_a_correct_a_wrong_and_an_empty_submission(tmp_path, capsys):
     assert [r.exercise for r in failed] == ["scatter-sizes"]
     assert "chunk" in failed[0].message and "not to use" in failed[0].message
     report = table(results)
-    assert "FAILED scatter-sizes: AssertionError: scatter-sizes: your answer calls" in report
+    assert "FAILED scatter-sizes: CheckFailed: scatter-sizes: your answer calls" in report
     assert "total: 3/6 passed" in report
+    # The grader reports what the student saw under the check cell, and nothing more.
+    assert failed[0].message == _seen_in_the_notebook("scatter-sizes", wrong["scatter-sizes"])
+    assert "checks/scatter.py" not in report and "Traceback" not in report
+
+
+def _seen_in_the_notebook(exercise_id: str, answer: str) -> str:
+    """The first line IPython shows under the check cell when ``answer`` is checked."""
+    from learn_parallel.classroom import CheckFailed
+    from learn_parallel.classroom.notebooks import namespace
+
+    chapter = read(BOOK / f"{CHAPTER}.ipynb")
+    check_cell = next(ex.check for ex in exercises(chapter) if ex.id == exercise_id)
+    names = namespace(chapter)
+    exec(answer, names)
+    with pytest.raises(CheckFailed) as failure:
+        exec(check_cell, names)
+    return failure.value._render_traceback_()[0]
+
+
+def test_a_sample_class_is_handed_in_solved_half_done_and_untouched(tmp_path):
+    """The teaching page's class (and its recorded grading run) hands in student copies
+    with all, the first or none of the stubs replaced by the solutions."""
+    from learn_parallel.classroom.sample_class import hand_in
+
+    students = {"ada": "solved", "bo": "half-done", "cy": "untouched"}
+    written = hand_in(BOOK, tmp_path, students, CHAPTER, trimmed=True)
+    assert written == [tmp_path / name / f"{CHAPTER}.ipynb" for name in students]
+    book = read(BOOK / f"{CHAPTER}.ipynb")
+    solutions = [ex.solutions[0] for ex in exercises(book)]
+    stubs = [c.source for c in book.cells if STUB in tags(c)]
+    for path, solved in zip(written, (2, 1, 0)):
+        handed_in = read(path)
+        assert [c.source for c in handed_in.cells if STUB in tags(c)] == (
+            solutions[:solved] + stubs[solved:]
+        )
+        assert not any(SOLUTION in tags(c) for c in handed_in.cells)
+        assert handed_in.cells[0].cell_type == "code"  # trimmed: the setup cell comes first
+    with pytest.raises(ValueError, match="unknown kind 'copied'"):
+        hand_in(BOOK, tmp_path, {"dan": "copied"}, CHAPTER)
 
 
 def test_a_hanging_and_a_crashing_answer_score_zero_for_their_exercise_only(tmp_path):
@@ -243,17 +352,122 @@ def test_the_exercise_table_matches_the_chapters():
     with_exercises = [c for c in with_exercises if exercises(read(BOOK / f"{c}.ipynb"))]
     assert list(CHAPTERS) == with_exercises
     expected = [
-        f"| {chapter} | `{ex.id}` | {ex.text.splitlines()[0].removeprefix('### Exercise: ')} | 1 |"
+        (chapter, ex.id, ex.text.splitlines()[0].removeprefix("### Exercise: "), 1)
         for chapter in CHAPTERS
         for ex in exercises(read(BOOK / f"{chapter}.ipynb"))
     ]
-    assert exercise_table().splitlines()[2:] == expected
+    assert exercise_table().rows == expected
 
 
-def test_a_failing_check_names_the_misplaced_piece_in_two_lines():
+# The chapter that teaches each track task's function.
+TASK_CHAPTERS = {
+    "task_scatter": "scatter",
+    "task_gather": "gather",
+    "task_broadcast": "replicate",
+    "task_worker": "parallel_apply",
+}
+NUMBERS = {6: "Six", 7: "Seven", 8: "Eight", 9: "Nine", 10: "Ten", 11: "Eleven", 12: "Twelve"}
+
+
+def test_the_course_plan_covers_every_chapter_and_exercise_once_in_order():
+    """The teaching page's week-by-week plan is written by hand: it must name every chapter
+    with exercises once, in the book's order, each week with exactly its chapters' exercises,
+    and each track task in the week of the chapter that teaches its function."""
+    from learn_parallel.classroom import CHAPTERS
+
+    cell = next(c for c in read(BOOK / "teaching.ipynb").cells if "## A course plan" in c.source)
+    header, rule, *rows = [
+        [field.strip() for field in line.strip().strip("|").split("|")]
+        for line in cell.source.splitlines()
+        if line.startswith("|")
+    ]
+    assert header == ["week", "chapters", "exercises", "track tasks"] and set(rule) == {"---"}
+
+    def names(field: str) -> list[str]:
+        return [name.strip().strip("`") for name in field.split(",") if name.strip()]
+
+    weeks = [int(week) for week, *_ in rows]
+    assert weeks == list(range(1, len(rows) + 1))
+    assert f"{NUMBERS[len(weeks)]} weeks, one session a week" in cell.source
+    assert [chapter for _, chapters, *_ in rows for chapter in names(chapters)] == list(CHAPTERS)
+    assert set(TASK_CHAPTERS) == {t.name for t in TASKS}
+    planned_tasks = []
+    for week, chapters, ids, tasks in rows:
+        expected = [ex.id for c in names(chapters) for ex in exercises(read(BOOK / f"{c}.ipynb"))]
+        assert names(ids) == expected, f"week {week}"
+        for task in names(tasks):
+            assert TASK_CHAPTERS[task] in names(chapters), f"week {week}: {task}"
+            planned_tasks.append(task)
+    assert sorted(planned_tasks) == sorted(TASK_CHAPTERS)
+
+
+def html_tables(html: str) -> list[list[list[str]]]:
+    """Every ``<table>`` in ``html``, as rows of cell texts (header row included).
+
+    For the built teaching page: ``html_tables(page)`` holds a table whose first row is
+    ``["chapter", "exercise", "title", "points"]``."""
+    from html.parser import HTMLParser
+
+    class Tables(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tables: list[list[list[str]]] = []
+            self.cell: list[str] | None = None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "table":
+                self.tables.append([])
+            elif tag == "tr" and self.tables:
+                self.tables[-1].append([])
+            elif tag in ("td", "th"):
+                self.cell = []
+
+        def handle_endtag(self, tag):
+            if tag in ("td", "th") and self.cell is not None and self.tables:
+                self.tables[-1][-1].append("".join(self.cell).strip())
+                self.cell = None
+
+        def handle_data(self, data):
+            if self.cell is not None:
+                self.cell.append(data)
+
+    parser = Tables()
+    parser.feed(html)
+    return parser.tables
+
+
+def test_the_exercise_table_is_an_html_table_in_jupyter_and_nbconvert():
+    """The teaching page shows ``exercise_table()``: an HTML table (a ``text/markdown``
+    output would reach the built site as raw ``| chapter |`` text), readable as plain text."""
+    from IPython.core.formatters import DisplayFormatter
+    from nbconvert import HTMLExporter
+
+    from learn_parallel.classroom import exercise_table
+
+    table = exercise_table()
+    data, _ = DisplayFormatter().format(table)
+    assert set(data) == {"text/html", "text/plain"}
+    header, *rows = html_tables(data["text/html"])[0]
+    assert header == ["chapter", "exercise", "title", "points"]
+    assert rows == [[c, i, t, str(p)] for c, i, t, p in table.rows]
+    plain = data["text/plain"].splitlines()
+    assert plain[0].split() == header and len(plain) == 1 + len(rows)
+    assert "|" not in data["text/plain"]
+    assert all(line.split()[:2] == row[:2] for line, row in zip(plain[1:], rows))
+
+    cell = nbformat.v4.new_code_cell("exercise_table()")
+    cell.outputs = [nbformat.v4.new_output("execute_result", data, execution_count=1)]
+    page, _ = HTMLExporter().from_notebook_node(nbformat.v4.new_notebook(cells=[cell]))
+    assert [t[0] for t in html_tables(page)] == [header] and "| chapter |" not in page
+    teaching = read(BOOK / "teaching.ipynb")
+    shown = [c for c in teaching.cells if "exercise_table()" in c.source]
+    assert shown and shown[0].source.strip().endswith("exercise_table()")
+
+
+def test_a_failing_check_names_the_misplaced_piece_in_one_line():
     """A piece left on the wrong device is named in the check's words (not torch's
-    device-mixing error), and IPython shows the message and one line of where, with the
-    path relative to the package."""
+    device-mixing error), and IPython shows just that line: no frame of the check's file
+    (the student's code returned a wrong value; no line of it is to blame)."""
     from learn_parallel.classroom import CheckFailed, check
     from learn_parallel.devices import Device, device_type
 
@@ -268,6 +482,21 @@ def test_a_failing_check_names_the_misplaced_piece_in_two_lines():
     with pytest.raises(CheckFailed) as failure:
         check("scatter-dict", split_batch)
     assert "3 rows, piece 1: 'x' is on sim:0, expected sim:1" in str(failure.value)
+    assert failure.value._render_traceback_() == [f"CheckFailed: {failure.value}"]
+
+
+def test_an_answer_that_raises_is_pointed_at_in_the_students_code():
+    from learn_parallel.classroom import CheckFailed, check
+
+    def chunk_sizes(rows, devices):
+        return [rows // devices][devices]  # an IndexError on this line
+
+    line = chunk_sizes.__code__.co_firstlineno + 1
+    with pytest.raises(CheckFailed) as failure:
+        check("scatter-sizes", chunk_sizes)
+    assert str(failure.value).startswith("scatter-sizes: your answer raised IndexError: ")
     shown = failure.value._render_traceback_()
-    assert len(shown) == 2 and shown[0] == f"CheckFailed: {failure.value}"
-    assert shown[1].startswith("  (learn_parallel/classroom/checks/scatter.py, line ")
+    assert shown == [
+        f"CheckFailed: {failure.value}",
+        f"  (test_classroom.py, line {line}, in chunk_sizes)",
+    ]

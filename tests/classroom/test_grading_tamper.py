@@ -159,12 +159,13 @@ def test_every_cheat_scores_zero_and_an_honest_answer_still_passes(tmp_path):
     from learn_parallel.classroom.__main__ import main
 
     outputs = results_dir / "github_output"
-    assert main(["grade", str(submissions), "--json", str(results_dir / "results.json"),
-                 "--jobs", "2", "--timeout", "60", "--classroom", str(outputs)]) == 0  # fmt: skip
+    results_file = results_dir / "results.json"
+    options = ["--jobs", "2", "--timeout", "60", "--classroom", str(outputs)]
+    assert main(["grade", str(submissions), "--json", str(results_file), *options]) == 0
     # GitHub Classroom's step outputs (one repository per student there): one per exercise.
     names = [line.partition("=")[0] for line in outputs.read_text().splitlines()]
     assert sorted(names) == ["scatter-dict", "scatter-sizes"]
-    results = json.loads((results_dir / "results.json").read_text())
+    results = json.loads(results_file.read_text())
     scores: dict[str, dict[str, bool]] = {}
     for r in results:
         scores.setdefault(Path(r["submission"]).parent.name, {})[r["exercise"]] = r["passed"]
@@ -178,15 +179,17 @@ def test_a_hang_a_crash_a_flood_and_a_syntax_error_cost_only_their_exercise(tmp_
     solved = _solutions()
     loop = "def chunk_sizes(rows, devices):\n    while True:\n        pass\n"
     dies = "import os\n\n\ndef split_batch(batch, ids):\n    os._exit(1)\n"
+    flood = "print('x' * 10_000_000)\n" + solved[1].replace(
+        "    return [", "    print('y' * 10_000_000)\n    return ["
+    )
     cases = {
         # (the stub sources, one extra cell): the exercise that must fail
         "hangs": ([loop, solved[1]], ""),
         "crashes-in-a-cell": ([solved[0], solved[1]], "import os\nos._exit(1)\n"),
         "crashes-in-its-answer": ([solved[0], dies], ""),
-        "floods": ([solved[0], "print('x' * 10_000_000)\n" + solved[1].replace(
-            "    return [", "    print('y' * 10_000_000)\n    return [")], ""),
+        "floods": ([solved[0], flood], ""),
         "syntax-error": (["def chunk_sizes(rows, devices) return []\n", solved[1]], ""),
-    }  # fmt: skip
+    }
     for name, (stubs, extra) in cases.items():
         (tmp_path / name).mkdir()
         nbformat.write(_notebook(stubs, extra), str(tmp_path / name / f"{CHAPTER}.ipynb"))

@@ -87,11 +87,11 @@ def check_reduce_add_edge(wire: Callable[..., Sequence[torch.Tensor]]) -> None:
     assert grad.device == source, (
         f"The summed gradient must land on the source device {source}, not on {grad.device}."
     )
-    torch.testing.assert_close(
-        grad.cpu(), expected, rtol=1e-12, atol=1e-12,
-        msg="original.grad is not the sum of every replica's gradient (copy each one to the "
-        "source device and add them all).",
-    )  # fmt: skip
+    summed = (
+        "original.grad is not the sum of every replica's gradient (copy each one to the source "
+        "device and add them all)."
+    )
+    torch.testing.assert_close(grad.cpu(), expected, rtol=1e-12, atol=1e-12, msg=summed)
     assert not any(wired["clone_grads"]), (
         "A clone received a gradient of its own: the only edge must lead to the original."
     )

@@ -9,7 +9,7 @@ from torch import nn
 
 import learn_parallel as lp
 from learn_parallel.classroom import exercise, grading
-from learn_parallel.classroom.judge import judging
+from learn_parallel.classroom.role import judging
 from learn_parallel.classroom.tools import forbid, learn_parallel_functions, machine, same_places
 
 
