@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,7 +55,13 @@ def _assert_built_without_warnings(result, seconds: float, html: Path) -> None:
 @needs_jupyter_book
 def test_book_builds_without_warnings():
     result, seconds = build(strict=True)
-    _assert_built_without_warnings(result, seconds, ROOT / "_build" / "html")
+    html = ROOT / "_build" / "html"
+    _assert_built_without_warnings(result, seconds, html)
+    # The teacher's exercise table is an HTML table in the site, not markdown in a paragraph.
+    page = (html / "book" / "teaching.html").read_text()
+    header = r"<table[^>]*>\s*<thead>\s*<tr>\s*<th>chapter</th>\s*<th>exercise</th>"
+    assert re.search(header, page), "the teaching page's exercise table is not a <table>"
+    assert "| chapter | exercise |" not in page
 
 
 # A chapter whose cells show errors on purpose (its exercise checks, tagged
