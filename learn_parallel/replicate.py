@@ -182,6 +182,7 @@ class ReduceAddToSource(Function):
 # [broadcast]
 
 
+# [replicate]
 def replicate(
     network: ModuleT, devices: Sequence[DeviceLike], detach: bool = False
 ) -> list[ModuleT]:
@@ -232,6 +233,9 @@ def _replica(modules: list[nn.Module], copy_of: dict[int, torch.Tensor]) -> nn.M
             if buffer is not None:
                 replica._buffers[name] = copy_of[id(buffer)]
     return shells[id(modules[0])]
+
+
+# [replicate]
 
 
 _DEFAULT_SHALLOW_COPY = nn.Module._replicate_for_data_parallel

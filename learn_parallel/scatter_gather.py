@@ -65,10 +65,11 @@ class Gather(Function):
 
 
 # --------------------------------------------------------------------------
-# scatter: flatten the structure once, check, split the leaves, rebuild per device
+# scatter: flatten the input once, check sizes, split the leaves, rebuild per device
 # --------------------------------------------------------------------------
 
 
+# [scatter]
 def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> list[Any]:
     """Split ``inputs`` into one piece per device (fewer when the batch is short).
 
@@ -78,31 +79,6 @@ def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> lis
     leaves: list[tuple[str, Any]] = []
     build = _flatten(inputs, "inputs", leaves)
     return [build(values) for values in _split_leaves(leaves, resolved(target_gpus), dim)]
-
-
-def scatter_kwargs(
-    inputs: Sequence[Any],
-    kwargs: dict[str, Any] | None,
-    target_gpus: Sequence[DeviceLike],
-    dim: int = 0,
-) -> tuple[tuple[tuple[Any, ...], ...], tuple[dict[str, Any], ...]]:
-    """Scatter positional and keyword inputs *together*.
-
-    Splitting them as one structure keeps them aligned: every replica that
-    gets a slice of the batch also gets its keyword arguments, and a short
-    batch never leaves a replica with keywords but no positional inputs.
-    """
-    kwargs = kwargs or {}
-    if not inputs and not kwargs:
-        return (), ()
-    leaves: list[tuple[str, Any]] = []
-    build_args = [_flatten(v, f"argument {i}", leaves) for i, v in enumerate(inputs)]
-    build_kwargs = {k: _flatten(v, f"keyword argument {k!r}", leaves) for k, v in kwargs.items()}
-    per_replica = _split_leaves(leaves, resolved(target_gpus), dim)
-    return (
-        tuple(tuple(build(values) for build in build_args) for values in per_replica),
-        tuple({k: build(values) for k, build in build_kwargs.items()} for values in per_replica),
-    )
 
 
 Builder = Callable[[Sequence[Any]], Any]
@@ -173,6 +149,9 @@ def _check_sizes(leaves: Sequence[tuple[str, Any]], dim: int) -> None:
         )
 
 
+# [scatter]
+
+
 # A PackedSequence is a namedtuple of flat time-major data, so splitting it field
 # by field would hand each replica time steps instead of sequences.
 _PACKED_INPUT = (
@@ -183,6 +162,32 @@ _PACKED_INPUT = (
     "pack inside forward with pack_padded_sequence(x, lengths.cpu(), batch_first=..., "
     "enforce_sorted=False)."
 )
+
+
+def scatter_kwargs(
+    inputs: Sequence[Any],
+    kwargs: dict[str, Any] | None,
+    target_gpus: Sequence[DeviceLike],
+    dim: int = 0,
+) -> tuple[tuple[tuple[Any, ...], ...], tuple[dict[str, Any], ...]]:
+    """Scatter positional and keyword inputs *together*.
+
+    Splitting them as one list of leaves keeps them aligned: every replica
+    that gets a slice of the batch also gets its keyword arguments, and a short
+    batch never leaves a replica with keywords but no positional inputs. An
+    error names the argument (``argument 0``, ``keyword argument 'mask'``).
+    """
+    kwargs = kwargs or {}
+    if not inputs and not kwargs:
+        return (), ()
+    leaves: list[tuple[str, Any]] = []
+    build_args = [_flatten(v, f"argument {i}", leaves) for i, v in enumerate(inputs)]
+    build_kwargs = {k: _flatten(v, f"keyword argument {k!r}", leaves) for k, v in kwargs.items()}
+    per_replica = _split_leaves(leaves, resolved(target_gpus), dim)
+    return (
+        tuple(tuple(build(values) for build in build_args) for values in per_replica),
+        tuple({k: build(values) for k, build in build_kwargs.items()} for values in per_replica),
+    )
 
 
 # --------------------------------------------------------------------------
