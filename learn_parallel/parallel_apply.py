@@ -3,13 +3,11 @@
 With two or more replicas, PyTorch's DataParallel starts a fresh thread per replica
 on every step, so what PyTorch keeps per thread (current device and stream, grad and
 autocast mode, per-thread caches; not the cuBLAS and cuDNN handles, which a pool
-hands on) starts from its defaults each step. Here each device has one worker thread for
-the life of the process, and each job carries the caller's per-thread settings.
-
-The file reads in the order a job travels: `parallel_apply`, the caller's state
-bound to the job, the worker pool, and how a replica's error comes home (the
-parallel_apply chapter, ``book/parallel_apply.ipynb``; the performance chapter
-measures what the persistent workers save).
+hands on) starts from its defaults each step. Here each device keeps one worker
+thread for the life of the process, and each job carries the caller's settings. The
+file reads in the order a job travels: `parallel_apply`, the caller's state bound to
+the job, the worker pool, and how a replica's error comes home (the parallel_apply
+chapter, ``book/parallel_apply.ipynb``; the performance chapter measures the workers).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def check_on_source_device(
     through `replicate` on several, which passes the tensors it has ``found``
     already so that a step walks the module once. Lazy parameters are refused.
     """
-    found = found or module_tensors(module)
+    found = module_tensors(module) if found is None else found
     named = [("parameter", t) for t in found.params] + [("buffer", t) for t in found.buffers]
     for _, tensor in named:
         if is_lazy(tensor):
