@@ -2,7 +2,8 @@
 
 `DataParallel` has PyTorch's constructor and the same four overridable steps,
 so ``torch.nn.DataParallel`` can be swapped for ``learn_parallel.DataParallel``
-with nothing else changed.
+with nothing else changed (``book/data_parallel.ipynb``; the device checks of
+``__init__`` are the devices chapter's, ``book/devices.ipynb``).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class DataParallel(nn.Module):
         super().__init__()
         self.module = module
         self.dim = dim
-        # Resolved once, here: every step passes these Device values down unchanged.
+        # Resolved once, here. The steps take plain int ids, as torch's do (see forward).
         self.devices: list[Device] = wrapper_devices(module, device_ids)
         self.device_ids: list[int] = [d.index for d in self.devices]
         self._device_of_id = dict(zip(self.device_ids, self.devices))
@@ -96,6 +97,9 @@ class DataParallel(nn.Module):
         return f"devices=[{devices}]{simulated}, output_device={self.output_device}, dim={self.dim}"
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        # The steps take int device ids, as torch.nn.DataParallel's do, so a subclass written
+        # for torch overrides them unchanged; each step maps its ids back to the devices
+        # checked in __init__ (_devices_for), a dict lookup, not a second check.
         with record_function("learn_parallel.DataParallel.forward"):
             if len(self.devices) == 1:  # on several, replicate checks before it copies
                 check_on_source_device(self.module, self.src_device)
@@ -127,7 +131,9 @@ class DataParallel(nn.Module):
     def parallel_apply(
         self, replicas: Sequence[nn.Module], inputs: Sequence[Any], kwargs: Sequence[dict]
     ) -> list[Any]:
-        return parallel_apply(replicas, inputs, kwargs, self.devices[: len(replicas)])
+        # torch's signature passes no ids: replica i runs on device_ids[i].
+        device_ids = self.device_ids[: len(replicas)]
+        return parallel_apply(replicas, inputs, kwargs, self._devices_for(device_ids))
 
     def gather(self, outputs: Sequence[Any], output_device: DeviceLike) -> Any:
         return gather(outputs, output_device, dim=self.dim)
@@ -135,8 +141,7 @@ class DataParallel(nn.Module):
     # [data-parallel-steps]
 
     def _devices_for(self, device_ids: Sequence[DeviceLike]) -> list[Device]:
-        # Ids come in as ints (PyTorch's convention): look up the devices resolved in
-        # __init__; anything else (an override passing other ids) is checked afresh.
+        """The devices resolved in ``__init__`` for these ids; other ids are checked afresh."""
         known = self._device_of_id
         return resolved([known.get(d, d) if type(d) is int else d for d in device_ids])
 

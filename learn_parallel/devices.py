@@ -8,7 +8,8 @@ With CUDA available, integer ids name GPUs. Without it, integer ids name
 *simulated* devices ``sim:0``, ``sim:1`` ...: PyTorch devices of their own
 (`learn_parallel.sim`), so mixing two of them in one operation fails as
 it does on GPUs, but backed by the CPU: they share the machine's memory and
-cores. Everything that prints a simulated device says so.
+cores. Everything that prints a simulated device says so (the devices chapter,
+``book/devices.ipynb``, lists what they model and what they do not).
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Run every replica's forward at the same time, one persistent thread per device.
 
-PyTorch's DataParallel starts a fresh Python thread for each replica on every
-step, so every step's threads start without what PyTorch keeps per thread (the
-current device and stream, grad and autocast mode, per-thread caches; cuBLAS and
-cuDNN handles are the exception: a pool hands a finished thread's handles to the
-next one). The pool below keeps one worker thread per device for the life of the
-process, so whatever is kept per thread is built once
-(``python -m experiments.persistent_workers`` measures what that saves).
-A worker adopts the *caller's* per-thread settings for each job: grad and
-inference mode, autocast, saved-tensor hooks (``save_on_cpu``), device and stream.
-
-Fork: a forked child (a DataLoader worker, say) starts with an empty pool and a
-fresh lock and starts its own workers when it needs them. Torch promises less:
-the CPU build can hang in a forked child on its first matrix product if the parent
-had used its intra-op pool, and CUDA cannot be used in a child forked after the
-parent initialised it. Where a child must compute, use "spawn" or "forkserver".
+With two or more replicas, PyTorch's DataParallel starts a fresh thread per replica
+on every step, so what PyTorch keeps per thread (current device and stream, grad and
+autocast mode, per-thread caches; not the cuBLAS and cuDNN handles, which a pool
+hands on) starts from its defaults each step. Here each device keeps one worker
+thread for the life of the process, and each job carries the caller's settings. The
+file reads in the order a job travels: `parallel_apply`, the caller's state bound to
+the job, the worker pool, and how a replica's error comes home (the parallel_apply
+chapter, ``book/parallel_apply.ipynb``; the performance chapter measures the workers).
 """
 
 from __future__ import annotations
@@ -36,7 +29,74 @@ from learn_parallel.devices import Device, DeviceLike, resolved, to_device
 from learn_parallel.phases import phase
 
 
+def parallel_apply(
+    modules: Sequence[nn.Module],
+    inputs: Sequence[Any],
+    kwargs_tup: Sequence[dict[str, Any]] | None = None,
+    devices: Sequence[DeviceLike] | None = None,
+) -> list[Any]:
+    """Call ``modules[i](*inputs[i], **kwargs_tup[i])`` on ``devices[i]``, all at once.
+
+    Returns the outputs in replica order. If any replica raised, the one with
+    the lowest index is raised again here, after every replica has finished.
+    """
+    if len(modules) != len(inputs):
+        raise ValueError(
+            f"parallel_apply got {len(modules)} modules but {len(inputs)} inputs; "
+            f"pass exactly one input (a tuple of arguments) per module."
+        )
+    if kwargs_tup is None:
+        kwargs_tup = ({},) * len(modules)
+    if devices is None:
+        devices = [_infer_device(m, i) for i, m in enumerate(modules)]
+    if not len(modules) == len(kwargs_tup) == len(devices):
+        raise ValueError(
+            f"parallel_apply got {len(modules)} modules, {len(kwargs_tup)} kwargs "
+            f"and {len(devices)} devices; they must all have the same length."
+        )
+    devices = resolved(devices)
+    jobs = [
+        _Job(_bind(module, args, kwargs, device))
+        for module, args, kwargs, device in zip(modules, inputs, kwargs_tup, devices)
+    ]
+
+    # One replica, or a nested DataParallel inside a worker (which would wait on its
+    # own queue forever): run right here.
+    if len(jobs) == 1 or getattr(_local, "is_worker", False):
+        for job in jobs:
+            job.run()
+    else:
+        for job, device in zip(jobs, devices):
+            _start(job, device)
+    for job in jobs:
+        job.done.wait()
+
+    for replica, job in enumerate(jobs):
+        if job.failure is not None:
+            _raise_from_replica(jobs, replica, devices[replica])
+    return [job.result for job in jobs]
+
+
+def _infer_device(module: nn.Module, position: int) -> Device:
+    for tensor in [*module.parameters(), *module.buffers()]:
+        if tensor.device.type in ("cuda", "sim"):  # a GPU or a simulated device
+            return to_device(tensor.device)
+    return to_device(position)
+
+
 # [caller-state]
+def _bind(module: nn.Module, args: Any, kwargs: dict[str, Any], device: Device) -> Callable:
+    """The job's call: ``module(*args, **kwargs)`` in the caller's state, on ``device``."""
+    args = args if isinstance(args, list | tuple) else (args,)
+    state = CallerState.capture(device)  # now, in the caller's thread
+
+    def call() -> Any:
+        with state.applied(device), phase("forward", device):
+            return module(*args, **kwargs)
+
+    return call
+
+
 @dataclass(frozen=True)
 class CallerState:
     """The caller's thread-local settings that a worker must adopt for one job."""
@@ -82,39 +142,7 @@ class CallerState:
 # [caller-state]
 
 
-# [replica-error]
-def _raise_from_replica(jobs: Sequence[_Job], replica: int, device: Device) -> NoReturn:
-    """Raise the replica's own exception again in the caller, saying where it came from.
-
-    The very same object goes up (type, attributes, ``__cause__``, the worker's
-    traceback), so ``except MyError`` still catches it; a note names the replica.
-    """
-    error = jobs[replica].failure
-    for job in jobs:  # the caller's frame (in the traceback) must not hold the error: a cycle
-        job.failure = job.result = None
-    note = (
-        f"Caught {type(error).__name__} in replica {replica} on device "
-        f"{device.describe()}; the traceback above the learn_parallel frames is "
-        f"the worker thread's."
-    )
-    if hasattr(error, "add_note"):
-        error.add_note(note)
-    else:  # Python 3.10 prints no notes; keep it where 3.11+ and pytest look for it
-        error.__notes__ = [*getattr(error, "__notes__", []), note]
-    try:
-        raise error
-    finally:
-        del error  # a frame in the traceback that held its own exception would be a cycle
-
-
-# [replica-error]
-
-
 # [worker-pool]
-_STOP = object()
-_local = threading.local()  # marks worker threads, see parallel_apply()
-
-
 class _Job:
     """One replica's forward: the call, and a slot for its result or failure."""
 
@@ -140,6 +168,27 @@ class _Job:
         """Execute, then wake the caller (for jobs run outside a worker)."""
         self.execute()
         self.done.set()
+
+
+def _start(job: _Job, device: Device) -> None:
+    """Run ``job`` on ``device``'s worker, or on a thread of its own if the worker is busy."""
+    if not _worker_for(device).submit(job):
+        threading.Thread(target=job.run, name=f"learn_parallel extra {device}", daemon=True).start()
+
+
+_STOP = object()
+_local = threading.local()  # marks worker threads, see parallel_apply()
+_workers: dict[Device, _Worker] = {}
+_workers_lock = threading.Lock()
+
+
+def _worker_for(device: Device) -> _Worker:
+    """``device``'s worker, started on first use."""
+    with _workers_lock:
+        worker = _workers.get(device)
+        if worker is None:
+            worker = _workers[device] = _Worker(device)
+        return worker
 
 
 class _Worker:
@@ -186,25 +235,6 @@ class _Worker:
             del job  # hold nothing from the last step while idle
 
 
-_workers: dict[Device, _Worker] = {}
-_workers_lock = threading.Lock()
-
-
-def _worker_for(device: Device) -> _Worker:
-    """``device``'s worker, started on first use."""
-    with _workers_lock:
-        worker = _workers.get(device)
-        if worker is None:
-            worker = _workers[device] = _Worker(device)
-        return worker
-
-
-def _start(job: _Job, device: Device) -> None:
-    """Run ``job`` on ``device``'s worker, or on a thread of its own if the worker is busy."""
-    if not _worker_for(device).submit(job):
-        threading.Thread(target=job.run, name=f"learn_parallel extra {device}", daemon=True).start()
-
-
 def worker_threads() -> list[threading.Thread]:
     """The live worker threads (at most one per device ever used)."""
     return [t for t in threading.enumerate() if t.name.startswith("learn_parallel worker")]
@@ -222,8 +252,11 @@ def shutdown_workers(timeout: float = 5.0) -> None:
 
 
 def _after_fork_in_child() -> None:
-    # A forked child has none of the parent's threads, and a lock that some other
-    # thread held at the moment of the fork stays locked forever: start afresh.
+    # A forked child (a DataLoader worker, say) has none of the parent's threads, and a
+    # lock that another thread held at the fork stays locked forever: start afresh.
+    # Torch promises less: the CPU build can hang in a forked child's first matrix
+    # product if the parent used its intra-op pool, and CUDA cannot be used in a child
+    # forked after the parent initialised it: where a child must compute, use "spawn".
     global _workers_lock
     _workers.clear()
     _workers_lock = threading.Lock()
@@ -234,65 +267,29 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 # [worker-pool]
 
 
-def _infer_device(module: nn.Module, position: int) -> Device:
-    for tensor in [*module.parameters(), *module.buffers()]:
-        if tensor.device.type in ("cuda", "sim"):  # a GPU or a simulated device
-            return to_device(tensor.device)
-    return to_device(position)
+# [replica-error]
+def _raise_from_replica(jobs: Sequence[_Job], replica: int, device: Device) -> NoReturn:
+    """Raise the replica's own exception again in the caller, saying where it came from.
 
-
-def parallel_apply(
-    modules: Sequence[nn.Module],
-    inputs: Sequence[Any],
-    kwargs_tup: Sequence[dict[str, Any]] | None = None,
-    devices: Sequence[DeviceLike] | None = None,
-) -> list[Any]:
-    """Call ``modules[i](*inputs[i], **kwargs_tup[i])`` on ``devices[i]``, all at once.
-
-    Returns the outputs in replica order. If any replica raised, the one with
-    the lowest index is raised again here, after every replica has finished.
+    The very same object goes up (type, attributes, ``__cause__``, the worker's
+    traceback), so ``except MyError`` still catches it; a note names the replica.
     """
-    if len(modules) != len(inputs):
-        raise ValueError(
-            f"parallel_apply got {len(modules)} modules but {len(inputs)} inputs; "
-            f"pass exactly one input (a tuple of arguments) per module."
-        )
-    if kwargs_tup is None:
-        kwargs_tup = ({},) * len(modules)
-    if devices is None:
-        devices = [_infer_device(m, i) for i, m in enumerate(modules)]
-    if not len(modules) == len(kwargs_tup) == len(devices):
-        raise ValueError(
-            f"parallel_apply got {len(modules)} modules, {len(kwargs_tup)} kwargs "
-            f"and {len(devices)} devices; they must all have the same length."
-        )
-    devices = resolved(devices)
-    calls = []
-    for module, args, kwargs, device in zip(modules, inputs, kwargs_tup, devices):
-        args = args if isinstance(args, list | tuple) else (args,)
-        calls.append(_bind(module, args, kwargs, device, CallerState.capture(device)))
-
-    # One replica, or a nested DataParallel inside a worker (which would wait on its
-    # own queue forever): run right here.
-    jobs = [_Job(call) for call in calls]
-    if len(jobs) == 1 or getattr(_local, "is_worker", False):
-        for job in jobs:
-            job.run()
-    else:
-        for job, device in zip(jobs, devices):
-            _start(job, device)
-    for job in jobs:
-        job.done.wait()
-
-    for replica, job in enumerate(jobs):
-        if job.failure is not None:
-            _raise_from_replica(jobs, replica, devices[replica])
-    return [job.result for job in jobs]
+    error = jobs[replica].failure
+    for job in jobs:  # the caller's frame (in the traceback) must not hold the error: a cycle
+        job.failure = job.result = None
+    note = (
+        f"Caught {type(error).__name__} in replica {replica} on device "
+        f"{device.describe()}; the traceback above the learn_parallel frames is "
+        f"the worker thread's."
+    )
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:  # Python 3.10 prints no notes; keep it where 3.11+ and pytest look for it
+        error.__notes__ = [*getattr(error, "__notes__", []), note]
+    try:
+        raise error
+    finally:
+        del error  # a frame in the traceback that held its own exception would be a cycle
 
 
-def _bind(module: nn.Module, args, kwargs, device: Device, state: CallerState):
-    def call():
-        with state.applied(device), phase("forward", device):
-            return module(*args, **kwargs)
-
-    return call
+# [replica-error]

@@ -1,21 +1,15 @@
 """The hook the core calls at each phase of a step, and nothing else.
 
-``scatter``, ``replicate``, each replica's ``forward`` and ``gather`` are
-wrapped in ``with phase(name, device):``; in backward, the gradient's split
-back to the devices (``grad scatter``) and the sum of the replicas' gradients
-onto the source device (``reduce``) are marked the same way. Two kinds of
-listener may be on:
-
-* a recorder (see ``learn_parallel.lab.timing``) plugged in with `set_listener`
-  (the core never imports the lab);
-* a PyTorch profiler (``torch.profiler.profile``): each phase then also becomes a
-  ``torch.profiler.record_function`` range named ``learn_parallel.<phase>``
-  (with `` cuda:1`` appended for one device), next to the
-  ``learn_parallel.DataParallel.forward`` range that spans the whole forward, as
-  ``torch.nn.DataParallel`` marks its own forward ``DataParallel.forward``.
-
-With neither on, a phase costs one global lookup and one flag read, and
-returns a shared no-op context.
+``scatter``, ``replicate``, each replica's ``forward`` and ``gather`` are wrapped
+in ``with phase(name, device):``, and so are, in backward, the gradient's split
+back to the devices (``grad scatter``) and the sum of the replicas' gradients onto
+the source device (``reduce``). Two kinds of listener may be on: a recorder plugged
+in with `set_listener` (the lab's ``Recorder``; the core never imports the lab),
+and a PyTorch profiler, under which each phase is also a ``record_function`` range
+named ``learn_parallel.<phase>`` (`` cuda:1`` appended for one device), beside the
+``learn_parallel.DataParallel.forward`` range, as ``torch.nn.DataParallel`` marks
+its own ``DataParallel.forward`` (the performance chapter compares the two). With
+neither on, a phase costs one global lookup and one flag read.
 """
 
 from __future__ import annotations

@@ -4,12 +4,15 @@ A replica is a shallow copy of each submodule whose parameters are *outputs of
 an autograd Function* (`Broadcast`) instead of leaf tensors. Backward through
 `Broadcast` sums the replicas' gradients onto the source device, so they land
 in the original parameters' ``.grad`` exactly as if one device had seen the
-whole batch.
+whole batch. Before copying, `check_on_source_device` makes sure every tensor is
+on the source device (the source-device chapter, ``book/source_device.ipynb``);
+the replicate chapter (``book/replicate.ipynb``) follows the rest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import torch
@@ -22,6 +25,63 @@ from learn_parallel.devices import Device, DeviceLike, resolved
 from learn_parallel.phases import phase
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+
+def check_on_source_device(
+    module: nn.Module, source: Device, found: ModuleTensors | None = None
+) -> None:
+    """Raise unless every parameter and buffer of ``module`` is on ``source``.
+
+    Replicas are copied from the source device, so a tensor anywhere else would
+    either be missed or break the copy halfway. The message names the tensor.
+    Every wrapper makes this check once per forward: itself on one device,
+    through `replicate` on several, which passes the tensors it has ``found``
+    already so that a step walks the module once. Lazy parameters are refused.
+    """
+    found = module_tensors(module) if found is None else found
+    named = [("parameter", t) for t in found.params] + [("buffer", t) for t in found.buffers]
+    for _, tensor in named:
+        if is_lazy(tensor):
+            raise RuntimeError(
+                f"Cannot replicate a module with uninitialized (lazy) parameter "
+                f"'{found.names[id(tensor)]}'. Run one forward pass on a small batch first "
+                f"so its shape is known, then wrap it."
+            )
+    for kind, tensor in named:
+        if tensor.device != source.torch_device:
+            raise RuntimeError(
+                f"module must have its parameters and buffers on device {source} "
+                f"(device_ids[0]) but {kind} '{found.names[id(tensor)]}' is on {tensor.device}. "
+                f"Move the module there before the forward pass "
+                f"(module.to('{source.torch_device}')), or put that device first "
+                f"in device_ids."
+            )
+
+
+@dataclass
+class ModuleTensors:
+    """What replicate copies: every submodule, parameter and buffer once (tied ones too)."""
+
+    modules: list[nn.Module] = field(default_factory=list)
+    params: list[torch.Tensor] = field(default_factory=list)
+    buffers: list[torch.Tensor] = field(default_factory=list)
+    names: dict[int, str] = field(default_factory=dict)  # id(tensor) -> qualified name
+
+
+def module_tensors(module: nn.Module) -> ModuleTensors:
+    """Walk ``module`` once, collecting its submodules, parameters and buffers."""
+    found = ModuleTensors()
+    for prefix, submodule in module.named_modules():
+        found.modules.append(submodule)
+        for table, kept in (
+            (submodule._parameters, found.params),
+            (submodule._buffers, found.buffers),
+        ):
+            for name, tensor in table.items():
+                if tensor is not None and id(tensor) not in found.names:
+                    found.names[id(tensor)] = f"{prefix}.{name}" if prefix else name
+                    kept.append(tensor)
+    return found
 
 
 # [copy-to-devices]
@@ -122,85 +182,7 @@ class ReduceAddToSource(Function):
 # [broadcast]
 
 
-def _copies_per_device(
-    tensors: list[torch.Tensor], devices: list[Device], detach: bool
-) -> list[list[torch.Tensor]]:
-    if not tensors:
-        return [[] for _ in devices]
-    if detach:
-        with torch.no_grad():
-            return [[t.detach() for t in ts] for ts in copy_to_devices(tensors, devices)]
-    flat = Broadcast.apply(devices, *tensors)
-    n = len(tensors)
-    return [list(flat[i : i + n]) for i in range(0, len(flat), n)]
-
-
-def check_on_source_device(
-    module: nn.Module, source: Device
-) -> tuple[list[nn.Module], list[torch.Tensor], list[torch.Tensor]]:
-    """Raise unless every parameter and buffer of ``module`` is on ``source``.
-
-    Replicas are copied from the source device, so a tensor anywhere else would
-    either be missed or break the copy halfway. The message names the tensor.
-    Every wrapper makes this check once per forward: itself on one device,
-    through `replicate` on several. The same walk over the module collects what
-    `replicate` copies (every submodule, parameter and buffer once, tied ones
-    too), so a step walks the module only once; lazy parameters are refused.
-    """
-    modules, params, buffers, names = [], [], [], {}
-    for prefix, submodule in module.named_modules():
-        modules.append(submodule)
-        for table, found in ((submodule._parameters, params), (submodule._buffers, buffers)):
-            for name, tensor in table.items():
-                if tensor is None or id(tensor) in names:
-                    continue
-                qualified = names[id(tensor)] = f"{prefix}.{name}" if prefix else name
-                found.append(tensor)
-                if is_lazy(tensor):
-                    raise RuntimeError(
-                        f"Cannot replicate a module with uninitialized (lazy) parameter "
-                        f"'{qualified}'. Run one forward pass on a small batch first so its "
-                        f"shape is known, then wrap it."
-                    )
-    for kind, tensors in (("parameter", params), ("buffer", buffers)):
-        for tensor in tensors:
-            if tensor.device != source.torch_device:
-                raise RuntimeError(
-                    f"module must have its parameters and buffers on device {source} "
-                    f"(device_ids[0]) but {kind} '{names[id(tensor)]}' is on {tensor.device}. "
-                    f"Move the module there before the forward pass "
-                    f"(module.to('{source.torch_device}')), or put that device first "
-                    f"in device_ids."
-                )
-    return modules, params, buffers
-
-
-_DEFAULT_SHALLOW_COPY = nn.Module._replicate_for_data_parallel
-
-
-def shallow_copy(module: nn.Module) -> tuple[nn.Module, bool]:
-    """An empty replica of one module, and whether its attributes may be set directly.
-
-    The replica shares the original's Python attributes and hooks (a copy of its
-    ``__dict__``) but gets its own slots for parameters, buffers and children.
-    ``nn.Module`` offers this as ``_replicate_for_data_parallel``, but going
-    through ``Module.__setattr__`` costs microseconds per attribute: for
-    ResNet-18 on 4 GPUs that was about 2.6 ms of every step. So the common case
-    fills the instance dict directly; a module that overrides the method (RNNs
-    copy their lists of weights) keeps its override and its ``__setattr__``.
-    """
-    if type(module)._replicate_for_data_parallel is not _DEFAULT_SHALLOW_COPY:
-        return module._replicate_for_data_parallel(), False
-    replica = module.__new__(type(module))
-    state = module.__dict__.copy()
-    state["_parameters"] = {}
-    state["_buffers"] = state["_buffers"].copy()
-    state["_modules"] = state["_modules"].copy()
-    state["_is_replica"] = True  # makes replica.zero_grad() warn that it does nothing
-    object.__setattr__(replica, "__dict__", state)
-    return replica, True
-
-
+# [replicate]
 def replicate(
     network: ModuleT, devices: Sequence[DeviceLike], detach: bool = False
 ) -> list[ModuleT]:
@@ -213,43 +195,91 @@ def replicate(
     as BatchNorm running statistics) survive the step.
     """
     devices = resolved(devices)
-    modules, params, buffers = check_on_source_device(network, devices[0])
-    grad_buffers = [b for b in buffers if b.requires_grad]
-    plain_buffers = [b for b in buffers if not b.requires_grad]
+    found = module_tensors(network)  # the step's one walk over the module tree
+    check_on_source_device(network, devices[0], found)
+    wired = found.params + [b for b in found.buffers if b.requires_grad]
+    plain = [b for b in found.buffers if not b.requires_grad]
+    copy_of: list[dict[int, torch.Tensor]] = [{} for _ in devices]  # id(tensor) -> its copy
+    for tensors, no_grad in ((wired, detach), (plain, True)):
+        for on_device, copies in zip(copy_of, _copies_per_device(tensors, devices, no_grad)):
+            on_device.update(zip(map(id, tensors), copies))
+    return [_replica(found.modules, on_device) for on_device in copy_of]
 
-    param_copies = _copies_per_device(params, devices, detach)
-    grad_buffer_copies = _copies_per_device(grad_buffers, devices, detach)
-    plain_buffer_copies = _copies_per_device(plain_buffers, devices, detach=True)
 
-    # Where each original tensor's per-device copies live: (copies, position).
-    slot = {id(t): (param_copies, i) for i, t in enumerate(params)}
-    slot.update({id(t): (grad_buffer_copies, i) for i, t in enumerate(grad_buffers)})
-    slot.update({id(t): (plain_buffer_copies, i) for i, t in enumerate(plain_buffers)})
-    module_index = {id(m): i for i, m in enumerate(modules)}
+def _copies_per_device(
+    tensors: list[torch.Tensor], devices: list[Device], detach: bool
+) -> list[list[torch.Tensor]]:
+    """``result[d][t]``: tensor ``t`` on device ``d``, through `Broadcast` unless ``detach``."""
+    if not tensors:
+        return [[] for _ in devices]
+    if detach:
+        with torch.no_grad():
+            return [[t.detach() for t in ts] for ts in copy_to_devices(tensors, devices)]
+    flat = Broadcast.apply(devices, *tensors)
+    n = len(tensors)
+    return [list(flat[i : i + n]) for i in range(0, len(flat), n)]
 
-    replicas_per_device = []
-    for d in range(len(devices)):
-        shells = [shallow_copy(m) for m in modules]
-        copies = [replica for replica, _ in shells]
-        for module, (replica, direct) in zip(modules, shells):
-            for name, child in module._modules.items():
-                replica._modules[name] = None if child is None else copies[module_index[id(child)]]
-            for name, param in module._parameters.items():
-                value = None
-                if param is not None:
-                    copies_of, i = slot[id(param)]
-                    value = copies_of[d][i]
-                # A plain attribute, not a Parameter: the copy is not a leaf.
-                if direct:
-                    replica.__dict__[name] = value
-                else:
-                    setattr(replica, name, value)
-                # Unlike PyTorch, keep the copies visible to replica.parameters(),
-                # so code like next(self.parameters()).device works in forward.
-                replica._parameters[name] = value
-            for name, buffer in module._buffers.items():
-                if buffer is not None:
-                    copies_of, i = slot[id(buffer)]
-                    replica._buffers[name] = copies_of[d][i]
-        replicas_per_device.append(copies[0])
-    return replicas_per_device
+
+def _replica(modules: list[nn.Module], copy_of: dict[int, torch.Tensor]) -> nn.Module:
+    """A replica of ``modules[0]`` (the network) holding the tensors' copies in ``copy_of``."""
+    shells = {id(module): shallow_copy(module) for module in modules}
+    for module in modules:
+        replica = shells[id(module)]
+        for name, child in module._modules.items():
+            replica._modules[name] = None if child is None else shells[id(child)]
+        for name, param in module._parameters.items():
+            _set_parameter_copy(replica, name, None if param is None else copy_of[id(param)])
+        for name, buffer in module._buffers.items():
+            if buffer is not None:
+                replica._buffers[name] = copy_of[id(buffer)]
+    return shells[id(modules[0])]
+
+
+# [replicate]
+
+
+_DEFAULT_SHALLOW_COPY = nn.Module._replicate_for_data_parallel
+
+
+def shallow_copy(module: nn.Module) -> nn.Module:
+    """An empty replica of one module: its own slots, the original's attributes.
+
+    The replica shares the original's Python attributes and hooks (a copy of its
+    ``__dict__``) but gets its own tables for parameters, buffers and children.
+    ``nn.Module`` offers this as ``_replicate_for_data_parallel``; a module that
+    overrides it (RNNs copy their lists of weights) keeps its override.
+    """
+    if not _fills_dict_directly(module):
+        return module._replicate_for_data_parallel()
+    replica = module.__new__(type(module))
+    state = module.__dict__.copy()
+    state["_parameters"] = {}
+    state["_buffers"] = state["_buffers"].copy()
+    state["_modules"] = state["_modules"].copy()
+    state["_is_replica"] = True  # makes replica.zero_grad() warn that it does nothing
+    object.__setattr__(replica, "__dict__", state)
+    return replica
+
+
+def _set_parameter_copy(replica: nn.Module, name: str, value: torch.Tensor | None) -> None:
+    """Put a parameter's copy on ``replica``: a plain attribute, not a Parameter (not a leaf).
+
+    Unlike PyTorch, the copy also stays in ``replica._parameters``, so code like
+    ``next(self.parameters()).device`` works in forward.
+    """
+    if _fills_dict_directly(replica):
+        replica.__dict__[name] = value
+    else:
+        setattr(replica, name, value)
+    replica._parameters[name] = value
+
+
+def _fills_dict_directly(module: nn.Module) -> bool:
+    """Whether replicate may fill ``module``'s instance dict itself: the speed trick.
+
+    Going through ``Module.__setattr__`` costs microseconds per attribute: for
+    ResNet-18 on 4 GPUs that was about 2.6 ms of every step. A module that keeps
+    ``nn.Module``'s shallow copy gets its attributes set straight in its
+    ``__dict__``; one that overrides it may rely on its own ``__setattr__``.
+    """
+    return type(module)._replicate_for_data_parallel is _DEFAULT_SHALLOW_COPY

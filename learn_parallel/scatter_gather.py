@@ -4,7 +4,8 @@ Two autograd Functions do the tensor work, and each is the other's backward:
 scattering a tensor forward means gathering its gradient backward, and the
 other way round. Around them, `scatter` and `gather` walk nested Python
 structures (tuples, lists, dicts, namedtuples, dataclasses) and rebuild them
-once per device.
+once per device (the scatter and gather chapters, ``book/scatter.ipynb`` and
+``book/gather.ipynb``).
 """
 
 from __future__ import annotations
@@ -64,55 +65,91 @@ class Gather(Function):
 
 
 # --------------------------------------------------------------------------
-# scatter: walk the structure, split every tensor, rebuild once per device
+# scatter: flatten the input once, check sizes, split the leaves, rebuild per device
 # --------------------------------------------------------------------------
 
 
-class _Shared:
-    """A value every replica receives whole (numbers, strings, 0-dim tensors)."""
+# [scatter]
+def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> list[Any]:
+    """Split ``inputs`` into one piece per device (fewer when the batch is short).
 
-    def __init__(self, piece_for: Callable[[int], Any], plain: bool = False):
-        self.piece_for = piece_for
-        self.plain = plain  # the very same object for every replica, no per-device copy
+    Tensors are chunked along ``dim``; containers are split member by member
+    and rebuilt; anything else is given whole to every device.
+    """
+    leaves: list[tuple[str, Any]] = []
+    build = _flatten(inputs, "inputs", leaves)
+    return [build(values) for values in _split_leaves(leaves, resolved(target_gpus), dim)]
 
 
-def _split(obj: Any, devices: Sequence[Device], dim: int, path: str) -> list[Any] | _Shared:
-    """Per-device pieces of ``obj``, or a `_Shared` value for things not split."""
-    if isinstance(obj, torch.Tensor):
-        if obj.dim() == 0:
-            # A scalar cannot be split; every replica gets its own copy of it.
-            return _Shared(lambda i: obj.to(devices[i].torch_device, non_blocking=True))
-        return list(Scatter.apply([d.torch_device for d in devices], None, dim, obj))
+Builder = Callable[[Sequence[Any]], Any]
+
+
+def _flatten(obj: Any, path: str, leaves: list[tuple[str, Any]]) -> Builder:
+    """Append the leaves of ``obj`` to ``leaves`` as (path, value); return how to rebuild it.
+
+    The one walk over the structure. A leaf is a tensor, or anything that holds
+    no tensor (a number, a string, a container of those): that is shared whole.
+    The returned function builds one replica's copy of ``obj`` from a list of
+    leaf values, in the order of ``leaves``.
+    """
     if isinstance(obj, PackedSequence):
         raise TypeError(_PACKED_INPUT.format(path=path))
-    members = nested.members(obj)
-    if not members:  # not a container, or an empty one
-        return _Shared(lambda i: obj, plain=True)
+    members = None if isinstance(obj, torch.Tensor) else nested.members(obj)
+    if members:
+        first = len(leaves)
+        builders = [_flatten(value, path + p, leaves) for p, value in members]
+        if any(isinstance(value, torch.Tensor) for _, value in leaves[first:]):
+            return lambda values: nested.rebuild(obj, [build(values) for build in builders])
+        del leaves[first:]  # nothing inside to split or copy: the container is one leaf
+    position = len(leaves)
+    leaves.append((path, obj))
+    return lambda values: values[position]
 
-    parts = [(p, _split(value, devices, dim, path + p)) for p, value in members]
-    split = [(p, part) for p, part in parts if not isinstance(part, _Shared)]
-    if not split:
-        if all(part.plain for _, part in parts):
-            return _Shared(lambda i: obj, plain=True)
-        return _Shared(lambda i: nested.rebuild(obj, [part.piece_for(i) for _, part in parts]))
 
-    counts = {len(part) for _, part in split}
-    if len(counts) > 1:
-        listing = ", ".join(f"{path}{p} into {len(part)}" for p, part in split)
-        raise ValueError(
-            f"Cannot scatter {path}: its tensors split into different numbers of "
-            f"pieces ({listing}) over {len(devices)} devices along dim {dim}, so "
-            f"some replicas would get only part of the data. Give every tensor in "
-            f"one call the same size along dim {dim}, or pass the odd one as a "
-            f"0-dim tensor or non-tensor value to share it with every replica."
-        )
-    count = counts.pop()
-    return [
-        nested.rebuild(
-            obj, [part.piece_for(i) if isinstance(part, _Shared) else part[i] for _, part in parts]
-        )
-        for i in range(count)
+def _split_leaves(
+    leaves: Sequence[tuple[str, Any]], devices: Sequence[Device], dim: int
+) -> list[list[Any]]:
+    """Per replica, its leaf values: tensors chunked along ``dim``, the rest shared."""
+    _check_sizes(leaves, dim)  # before anything is copied
+    targets = [d.torch_device for d in devices]
+    columns: list[Any] = [  # columns[i][r]: leaf i in replica r; None until placed
+        Scatter.apply(targets, None, dim, value) if _is_batched(value) else None
+        for _, value in leaves
     ]
+    # Equal sizes make equal numbers of pieces; with nothing split, every device gets a replica.
+    count = next((len(c) for c in columns if c is not None), len(devices))
+    for i, (_, value) in enumerate(leaves):
+        if columns[i] is None and isinstance(value, torch.Tensor):
+            # A 0-dim tensor cannot be split: every replica gets its own copy.
+            columns[i] = [value.to(target, non_blocking=True) for target in targets[:count]]
+        elif columns[i] is None:
+            columns[i] = [value] * count  # the very same object for every replica
+    return [list(row) for row in zip(*columns)]
+
+
+def _is_batched(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() > 0
+
+
+def _check_sizes(leaves: Sequence[tuple[str, Any]], dim: int) -> None:
+    """Raise unless every tensor that gets split has the same size along ``dim``.
+
+    Equal piece counts are not enough: 8 and 7 rows both make 4 pieces on 4
+    devices, but the last replica would pair 2 rows of one with 1 row of the other.
+    """
+    sizes = [(path, value.size(dim)) for path, value in leaves if _is_batched(value)]
+    if len({size for _, size in sizes}) > 1:
+        listing = ", ".join(f"{path} has {size}" for path, size in sizes)
+        raise ValueError(
+            f"Cannot scatter tensors of different sizes along dim {dim} in one call "
+            f"({listing}): the replicas would pair rows that do not belong together. "
+            f"Give every tensor in one call the same size along dim {dim}, or pass "
+            f"the odd one as a 0-dim tensor or non-tensor value to share it with "
+            f"every replica."
+        )
+
+
+# [scatter]
 
 
 # A PackedSequence is a namedtuple of flat time-major data, so splitting it field
@@ -127,43 +164,6 @@ _PACKED_INPUT = (
 )
 
 
-def _check_sizes(named: Sequence[tuple[str, Any]], dim: int) -> None:
-    """Raise unless every tensor that gets split has the same size along ``dim``.
-
-    Equal piece counts are not enough: 8 and 7 rows both make 4 pieces on 4
-    devices, but the last replica would pair 2 rows of one with 1 row of the other.
-    """
-    sizes = [
-        (path, t.size(dim))
-        for name, value in named
-        for path, t in nested.tensors(value, name)
-        if t.dim() > 0
-    ]
-    if len({size for _, size in sizes}) > 1:
-        listing = ", ".join(f"{path} has {size}" for path, size in sizes)
-        raise ValueError(
-            f"Cannot scatter tensors of different sizes along dim {dim} in one call "
-            f"({listing}): the replicas would pair rows that do not belong together. "
-            f"Give every tensor in one call the same size along dim {dim}, or pass "
-            f"the odd one as a 0-dim tensor or non-tensor value to share it with "
-            f"every replica."
-        )
-
-
-def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> list[Any]:
-    """Split ``inputs`` into one piece per device (fewer when the batch is short).
-
-    Tensors are chunked along ``dim``; containers are split member by member
-    and rebuilt; anything else is given whole to every device.
-    """
-    devices = resolved(target_gpus)
-    pieces = _split(inputs, devices, dim, "inputs")
-    _check_sizes([("inputs", inputs)], dim)
-    if isinstance(pieces, _Shared):
-        return [pieces.piece_for(i) for i in range(len(devices))]
-    return pieces
-
-
 def scatter_kwargs(
     inputs: Sequence[Any],
     kwargs: dict[str, Any] | None,
@@ -172,22 +172,22 @@ def scatter_kwargs(
 ) -> tuple[tuple[tuple[Any, ...], ...], tuple[dict[str, Any], ...]]:
     """Scatter positional and keyword inputs *together*.
 
-    Splitting them as one structure keeps them aligned: every replica that
-    gets a slice of the batch also gets its keyword arguments, and a short
-    batch never leaves a replica with keywords but no positional inputs.
+    Splitting them as one list of leaves keeps them aligned: every replica
+    that gets a slice of the batch also gets its keyword arguments, and a short
+    batch never leaves a replica with keywords but no positional inputs. An
+    error names the argument (``argument 0``, ``keyword argument 'mask'``).
     """
-    kwargs = dict(kwargs or {})
-    both = _split((tuple(inputs), kwargs), resolved(target_gpus), dim, "inputs")
-    _check_sizes(
-        [(f"argument {i}", v) for i, v in enumerate(inputs)]
-        + [(f"keyword argument {k!r}", v) for k, v in kwargs.items()],
-        dim,
+    kwargs = kwargs or {}
+    if not inputs and not kwargs:
+        return (), ()
+    leaves: list[tuple[str, Any]] = []
+    build_args = [_flatten(v, f"argument {i}", leaves) for i, v in enumerate(inputs)]
+    build_kwargs = {k: _flatten(v, f"keyword argument {k!r}", leaves) for k, v in kwargs.items()}
+    per_replica = _split_leaves(leaves, resolved(target_gpus), dim)
+    return (
+        tuple(tuple(build(values) for build in build_args) for values in per_replica),
+        tuple({k: build(values) for k, build in build_kwargs.items()} for values in per_replica),
     )
-    if isinstance(both, _Shared):
-        if not inputs and not kwargs:
-            return (), ()
-        both = [both.piece_for(i) for i in range(len(target_gpus))]
-    return tuple(args for args, _ in both), tuple(kw for _, kw in both)
 
 
 # --------------------------------------------------------------------------

@@ -1,20 +1,16 @@
 """Replicate the libtorch way: clone the module per device, then wire gradient edges.
 
-C++ modules cannot swap a parameter for the output of an autograd Function
-(``Linear::weight`` and ``parameters_["weight"]`` are two handles the module
-keeps in sync only by convention), so libtorch's ``data_parallel`` replicates in
-two steps instead of through `Broadcast`:
+C++ modules cannot swap a parameter for the output of an autograd Function, so
+libtorch's ``data_parallel`` replicates in two steps instead of through `Broadcast`:
 
 1. **clone**: every replica is a full copy of the module made on its device,
    parameters and buffers included, with no autograd history;
-2. **edges**: every replica parameter gets one ``ReduceAdd`` node as its
-   ``grad_fn``, and that node's only next edge is the original parameter. Backward
-   sums the replicas' gradients onto the source device, into the original.
+2. **edges**: every replica parameter gets one ``ReduceAdd`` node as its ``grad_fn``,
+   whose only next edge is the original parameter, so backward sums the replicas'
+   gradients into the original (in Python, a Function of our own: `ReduceAddEdge`).
 
-Python can only attach a ``grad_fn`` by running a Function, so step 2 is
-`ReduceAddEdge`: its forward hands the cloned tensors back unchanged (as views,
-which is what gives them the ``grad_fn``) and its backward is libtorch's
-ReduceAdd. `CloneDataParallel` is DataParallel with this replicate step.
+`CloneDataParallel` is DataParallel with this replicate step (the libtorch
+chapter, ``book/libtorch_replicate.ipynb``).
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ from torch import nn
 from torch.autograd import Function
 
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import Device, DeviceLike, to_device
+from learn_parallel.devices import Device, DeviceLike, resolved
 from learn_parallel.replicate import check_on_source_device
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
@@ -115,7 +111,7 @@ def clone_replicate(
     DataParallel forward. ``detach`` (used under ``torch.no_grad()``) skips the
     edges.
     """
-    devices = [to_device(d) for d in devices]
+    devices = resolved(devices)
     check_on_source_device(network, devices[0])
     clones = [clone_to(network, device) for device in devices]
     if detach:

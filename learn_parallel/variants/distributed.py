@@ -1,24 +1,16 @@
 """A minimal DistributedDataParallel: one process per device, gradients averaged by all-reduce.
 
-DataParallel runs one Python process that drives every device: each step it
-copies the parameters to every device (replicate), launches the replicas'
-forwards from threads that share one GIL, and sums the gradients back onto the
-first device, where the optimizer runs. DistributedDataParallel turns this
-around. Every device gets its own process with its own full copy of the model
-and its own optimizer:
+DataParallel drives every device from one process and copies the parameters to them
+at every step. DistributedDataParallel gives every device a process of its own, with
+its own copy of the model and its own optimizer, talking through ``torch.distributed``:
 
-1. at wrap time the parameters and buffers of rank 0 are broadcast, so every
-   process starts from the same weights (and never copies them again);
+1. at wrap time rank 0's parameters and buffers are broadcast, so every process
+   starts from the same weights (and never copies them again);
 2. each process runs forward and backward on its own share of the batch;
-3. during backward, as soon as a group ("bucket") of gradients is complete, it
-   is all-reduced (summed across processes) *asynchronously*, while autograd
-   goes on computing the gradients of earlier layers;
-4. at the end of backward every process holds the same averaged gradients, so
-   every process's optimizer takes the same step and the copies stay equal.
-
-The processes talk through ``torch.distributed`` (NCCL between GPUs, gloo on the
-CPU); `collectives.ring_all_reduce` spells out, with point-to-point messages,
-what one all-reduce does.
+3. during backward, each complete group ("bucket") of gradients is all-reduced
+   asynchronously, while autograd goes on with the earlier layers;
+4. every process ends backward with the same averaged gradients, so the copies stay
+   equal (the DDP chapter, ``book/distributed.ipynb``).
 """
 
 from __future__ import annotations

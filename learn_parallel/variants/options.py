@@ -5,7 +5,7 @@ its output there, the second scatters it out again. `OptionsDataParallel`, a
 DataParallel whose scatter and gather steps take options, skips that round trip
 (``gather_to_one_device=False``, ``inputs_are_scattered=True``,
 ``except_keywords``); `gather_per_device` gathers per-device results later, in
-batch order.
+batch order (the options chapter, ``book/options.ipynb``).
 """
 
 from __future__ import annotations
@@ -207,28 +207,28 @@ class OptionsDataParallel(DataParallel):
                 f"except_keywords must be a list of dict keys, got the string "
                 f"{except_keywords!r}; write except_keywords=[{except_keywords!r}]."
             )
-        except_keywords = frozenset(except_keywords)
-        if sort_and_gather and (not gather_to_one_device or except_keywords):
+        super().__init__(module, device_ids, output_device, dim)
+        self.gather_to_one_device = gather_to_one_device
+        self.inputs_are_scattered = inputs_are_scattered
+        self.except_keywords = frozenset(except_keywords)
+        self.sort_and_gather = sort_and_gather
+        self._keeps_apart()  # refuses sort_and_gather beside an option that keeps outputs apart
+
+    def _keeps_apart(self) -> bool:
+        """True when some outputs stay per-device tuples instead of being gathered."""
+        keeps_apart = not self.gather_to_one_device or bool(self.except_keywords)
+        if keeps_apart and self.sort_and_gather:
             raise ValueError(
                 "sort_and_gather=True gathers every output to one device, but "
                 "gather_to_one_device=False or except_keywords ask to keep outputs "
                 "per device. Use one or the other; to gather per-device tuples later, "
                 "call learn_parallel.gather_per_device()."
             )
-        super().__init__(module, device_ids, output_device, dim)
-        self.gather_to_one_device = gather_to_one_device
-        self.inputs_are_scattered = inputs_are_scattered
-        self.except_keywords = except_keywords
-        self.sort_and_gather = sort_and_gather
-
-    @property
-    def _keeps_apart(self) -> bool:
-        """True when some outputs stay per-device tuples instead of being gathered."""
-        return not self.gather_to_one_device or bool(self.except_keywords)
+        return keeps_apart
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         output = super().forward(*inputs, **kwargs)
-        if len(self.devices) == 1 and self._keeps_apart:
+        if len(self.devices) == 1 and self._keeps_apart():
             # One device skips gather; per-device tuples are promised all the same.
             return self.gather([output], self.output_device)
         return output
@@ -243,7 +243,10 @@ class OptionsDataParallel(DataParallel):
         return super().scatter(inputs, kwargs, device_ids)
 
     def gather(self, outputs: Sequence[Any], output_device: DeviceLike) -> Any:
-        if self._keeps_apart:
+        # sort_and_gather needs no sorting: replica i holds piece i of the batch, so
+        # replica order is batch order. The options are read here, where they act,
+        # so one switched after __init__ is refused too, never silently overruled.
+        if self._keeps_apart():
             return gather_except(
                 outputs, output_device, self.dim, self.except_keywords, self.gather_to_one_device
             )

@@ -9,7 +9,7 @@ can be computed where the output already is.
 The split happens earlier, in the DataLoader, with `PerDeviceCollate`. Each
 batch can be any structure (tensors in tuples, lists, dicts, namedtuples, or a
 custom object with a ``.to()`` method), which is why the split is left to the
-user's data pipeline instead of to a generic scatter.
+user's data pipeline instead of to a generic scatter (``book/tuple_parallel.ipynb``).
 """
 
 from __future__ import annotations

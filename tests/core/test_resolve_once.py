@@ -1,10 +1,19 @@
-"""Devices are resolved once, in __init__; a step walks the module's parameters once."""
+"""A batch's route through DataParallel.forward: devices resolved once, in __init__; the
+module walked once per step; the input structure walked once, and checked before any copy."""
 
+import sys
+from collections import Counter
+
+import pytest
 import torch
 from torch import nn
 
 import learn_parallel as lp
 from experiments.counting import counting
+from learn_parallel import nested, scatter_gather
+
+# The module, not the function of the same name that the package exports.
+data_parallel = sys.modules["learn_parallel.data_parallel"]
 
 
 class CountingSequential(nn.Sequential):
@@ -34,7 +43,77 @@ def test_a_training_step_resolves_no_device_and_walks_the_module_once():
     x = torch.randn(8, 3)
     dp(x).sum().backward()  # the first step may start the workers
     net.walks = {"named_modules": 0, "named_parameters": 0, "named_buffers": 0}
-    with counting("to_device") as calls:
+    with counting("to_device") as calls, counting("resolve_device_ids") as lists:
         dp(x).sum().backward()
     assert calls[0] == 0, f"{calls[0]} calls to to_device in one step"
+    assert lists[0] == 0, f"{lists[0]} calls to resolve_device_ids in one step"
     assert net.walks == {"named_modules": 1, "named_parameters": 0, "named_buffers": 0}
+
+
+def test_every_step_gets_the_devices_resolved_in_init(monkeypatch):
+    """scatter, replicate and parallel_apply all receive __init__'s own Device objects."""
+    received = {}
+    # The function each step calls, and the position of its devices argument.
+    for name, position in (("scatter_kwargs", 2), ("make_replicas", 1), ("parallel_apply", 3)):
+        original = getattr(data_parallel, name)
+
+        def spy(*args, _name=name, _position=position, _original=original, **kwargs):
+            received[_name] = args[_position]
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(data_parallel, name, spy)
+    dp = lp.DataParallel(nn.Linear(3, 1).to(lp.Device("sim", 2).torch_device), [2, 0, 1, 3])
+    dp(torch.randn(3, 3))  # three rows: three replicas
+    assert [str(d) for d in received["scatter_kwargs"]] == ["sim:2", "sim:0", "sim:1", "sim:3"]
+    for name, devices in received.items():
+        expected = dp.devices if name == "scatter_kwargs" else dp.devices[:3]
+        assert len(devices) == len(expected), name
+        assert all(got is kept for got, kept in zip(devices, expected)), name
+
+
+def test_the_input_structure_is_walked_once(monkeypatch):
+    """scatter looks at each part of the input once: no second pass to check sizes."""
+    looked_at = Counter()
+    members = nested.members
+
+    def counted(obj):
+        looked_at[id(obj)] += 1
+        return members(obj)
+
+    monkeypatch.setattr(nested, "members", counted)
+    text, options = "mode", ("train", 1)  # a container with no tensor inside is shared whole
+    inner = [torch.randn(8, 2), text]
+    batch = {"x": torch.randn(8, 3), "more": inner}
+    parts = [batch, inner, text, options]
+
+    class Uses(nn.Module):
+        def forward(self, x, batch, options, scale):
+            return x + batch["x"].sum(1, keepdim=True) * scale
+
+    dp = lp.DataParallel(Uses(), [0, 1, 2, 3])
+    out = dp(torch.randn(8, 1), batch, options, scale=torch.tensor(2.0))
+    assert out.shape == (8, 1)
+    assert [looked_at[id(part)] for part in parts] == [1, 1, 1, 1]
+
+
+def test_sizes_are_checked_before_anything_is_copied(monkeypatch):
+    copies = []
+    scatter_apply = scatter_gather.Scatter.apply
+
+    class Spy:
+        @staticmethod
+        def apply(*args):
+            copies.append(args)
+            return scatter_apply(*args)
+
+    to = torch.Tensor.to
+
+    def counted_to(self, *args, **kwargs):
+        copies.append(args)
+        return to(self, *args, **kwargs)
+
+    monkeypatch.setattr(scatter_gather, "Scatter", Spy)
+    monkeypatch.setattr(torch.Tensor, "to", counted_to)
+    with pytest.raises(ValueError, match=r"argument 0 has 8, argument 2 has 7"):
+        lp.scatter_kwargs((torch.randn(8), torch.tensor(1.0), torch.randn(7)), {}, [0, 1, 2, 3])
+    assert copies == []

@@ -69,7 +69,8 @@ def test_zero_dim_tensors_and_empty_containers_go_to_every_replica():
 
 
 def test_uneven_members_raise_instead_of_silently_truncating():
-    with pytest.raises(ValueError, match=r"inputs\[0\] into 3, inputs\[1\] into 2.*Give every"):
+    # One rule (equal sizes along dim), one message, checked before anything is copied.
+    with pytest.raises(ValueError, match=r"inputs\[0\] has 9, inputs\[1\] has 2.*Give every"):
         lp.scatter((torch.zeros(9, 1), torch.zeros(2, 1)), [0, 1, 2])
 
 

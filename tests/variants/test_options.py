@@ -274,6 +274,20 @@ def test_sort_and_gather_refuses_options_that_keep_outputs_apart():
             OptionsDataParallel(RowIds(), [0, 1], sort_and_gather=True, **option)
 
 
+@pytest.mark.parametrize("device_ids", [[0, 1], [1]])
+@pytest.mark.parametrize("switch", [{"gather_to_one_device": False}, {"except_keywords": {"a"}}])
+def test_gather_reads_sort_and_gather_when_an_option_is_switched_later(device_ids, switch):
+    # gather itself reads sort_and_gather: an option switched after __init__ that would keep
+    # outputs apart is refused there, never silently wins over sort_and_gather=True.
+    dp = OptionsDataParallel(on(RowIds(), device_ids), device_ids, sort_and_gather=True)
+    rows = torch.arange(4, dtype=torch.float64)[:, None]
+    torch.testing.assert_close(dp(rows).cpu(), rows)
+    for name, value in switch.items():
+        setattr(dp, name, frozenset(value) if name == "except_keywords" else value)
+    with pytest.raises(ValueError, match="sort_and_gather=True gathers every output.*"):
+        dp(rows)
+
+
 def test_gather_per_device_undoes_gather_to_one_device_false_with_gradients():
     model = on(Structured(), [2])
     reference_model = copy.deepcopy(model).cpu()
