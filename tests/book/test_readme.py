@@ -29,3 +29,14 @@ def test_readme_first_example_runs_as_pasted():
     expected = "cuda:0" if torch.cuda.is_available() else "sim:0"
     pattern = rf"loss \d+\.\d{{3}} on {expected}; grad \(5, 20\)\n"
     assert re.fullmatch(pattern, done.stdout), done.stdout
+
+
+def test_ci_runs_the_readmes_install_line_and_test_command():
+    """CI is the README's quick start: the same install line, then the same test command."""
+    text = (ROOT / "README.md").read_text()
+    quick = re.search(r"Then the two commands:\n\n```bash\n(.*?)```", text, re.S).group(1)
+    test_line = [line for line in quick.splitlines() if "# every test" in line][0]
+    install, command = (part.strip() for part in test_line.split("#")[0].split("&&"))
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert install.replace("pip install", "pip install --quiet") in ci
+    assert ci[-1] == command
