@@ -1,0 +1,166 @@
+"""Where a recording came from, and whether the code it measured has changed since.
+
+Every recording the chapters read carries `stamp`: the commit, the date, the machine as its
+hardware names itself, the torch, CUDA and cuDNN versions, the command, and ``measured``:
+the sha256 of each package file whose behaviour the recording measures (`MEASURED` says
+which, per recording). `changed_since` compares those hashes with the files installed now;
+`stale_recordings` lists every recording whose measured code has changed, and
+``python -m learn_parallel.lab.provenance`` prints that list.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+
+COMMIT_ENV = "LEARN_PARALLEL_COMMIT"  # set by the recording script where .git did not travel
+
+# The steps every DataParallel step runs, and the recorder that times them.
+_CORE = [
+    "devices.py",
+    "nested.py",
+    "phases.py",
+    "scatter_gather.py",
+    "replicate.py",
+    "parallel_apply.py",
+    "data_parallel.py",
+]
+_TIMED = [*_CORE, "lab/timing.py", "lab/steps.py", "lab/workloads.py"]
+
+# What each recording measures: package files, relative to learn_parallel/.
+MEASURED: dict[str, list[str]] = {
+    "chapters.json": [*_TIMED, "lab/measure.py", "variants/tuple_parallel.py"],
+    "bench.json": [*_TIMED, "lab/bench.py", "lab/processes.py", "variants/fast.py"],
+    "chain_bench.json": [*_TIMED, "lab/chain_bench.py", "variants/options.py"],
+    "ladder.json": [
+        *_TIMED,
+        "lab/ladder.py",
+        "lab/processes.py",
+        "variants/fast.py",
+        "variants/collectives.py",
+        "variants/clone_replicate.py",
+    ],
+    "clone.json": [*_TIMED, "lab/ladder.py", "variants/clone_replicate.py"],
+    "distributed.json": [
+        *_TIMED,
+        "lab/ddp_timeline.py",
+        "lab/processes.py",
+        "variants/distributed.py",
+        "variants/collectives.py",
+    ],
+    "persistent_workers.json": ["parallel_apply.py", "lab/persistent_workers.py"],
+    "timeline_check.json": [*_TIMED],
+    "recorder_cost.json": [*_TIMED, "lab/trace.py"],
+    "gather_probe.json": ["lab/gather_probe.py"],
+}
+
+
+def package_dir() -> Path:
+    return Path(str(resources.files("learn_parallel")))
+
+
+def file_hashes(names: Iterable[str]) -> dict[str, str]:
+    """``{name: sha256}`` of package files (``name`` relative to ``learn_parallel/``).
+
+    A file that does not exist (moved, or deleted since) hashes to ``"missing"``.
+    """
+    root = package_dir()
+    hashes = {}
+    for name in sorted(set(names)):
+        path = root / name
+        hashes[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+    return hashes
+
+
+def commit() -> str | None:
+    """The commit recorded: ``$LEARN_PARALLEL_COMMIT``, else git's HEAD of a checkout, else None."""
+    if os.environ.get(COMMIT_ENV):
+        return os.environ[COMMIT_ENV]
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=package_dir(),
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def machine() -> str:
+    """The machine as its hardware names itself: ``2 x NVIDIA H200, 32 CPU cores``."""
+    cores = f"{os.cpu_count()} CPU cores"
+    if torch.cuda.is_available() and torch.cuda.device_count():
+        names = sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
+        return f"{torch.cuda.device_count()} x {' + '.join(names)}, {cores}"
+    return f"{platform.processor() or platform.machine()}, {cores}, no GPU"
+
+
+def stamp(command: str, recording: str) -> dict[str, Any]:
+    """What a recording named ``recording`` (a key of `MEASURED`) carries about its making."""
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "commit": commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "cudnn_version": cudnn,
+        "python_version": platform.python_version(),
+        "command": command,
+        "measured": file_hashes(MEASURED[recording]),
+    }
+
+
+def changed_since(record: dict[str, Any]) -> list[str]:
+    """The measured files of ``record`` that differ from the package's files now."""
+    measured = record.get("measured") or {}
+    now = file_hashes(measured)
+    return [name for name, digest in measured.items() if now[name] != digest]
+
+
+def recordings() -> list[Path]:
+    """Every stamped recording shipped with the package (``lab/recorded/<machine>/...``)."""
+    root = package_dir() / "lab" / "recorded"
+    return sorted(p for p in root.rglob("*.json") if p.name in MEASURED)
+
+
+def stale_recordings() -> list[tuple[Path, list[str]]]:
+    """``(recording, changed files)`` for each recording whose measured code changed since."""
+    stale = []
+    for path in recordings():
+        changed = changed_since(json.loads(path.read_text()))
+        if changed:
+            stale.append((path, changed))
+    return stale
+
+
+def staleness_line(record: dict[str, Any]) -> str | None:
+    """One line for a chapter when ``record`` measured code that has changed, else None."""
+    changed = changed_since(record)
+    if not changed:
+        return None
+    short = (record.get("commit") or "an unknown commit")[:7]
+    return f"recorded from {short}; {', '.join(changed)} changed since"
+
+
+if __name__ == "__main__":
+    root = package_dir() / "lab" / "recorded"
+    found = stale_recordings()
+    for path, changed in found:
+        print(f"{path.relative_to(root)}: {', '.join(changed)} changed since")
+    print(f"{len(found)} of {len(recordings())} recordings measured code that has changed since.")
+    sys.exit(0)
