@@ -129,7 +129,8 @@ def time_ddp(
         "lr": lr,
         "seed": seed,
     }
-    first = _launch(config, world, timeout_s)[0]["workloads"]
+    # A collective may wait as long as the whole run (a slow rank's cuDNN tuning, say).
+    first = _launch(config, world, timeout_s, group_timeout_s=timeout_s)[0]["workloads"]
     return [first[str(i)]["torch"]["step_ms_all"] for i in range(len(workloads))]
 
 
