@@ -21,8 +21,12 @@ import torch
 from experiments import driver_parser, write_record
 from learn_parallel.devices import device_count, resolve_device_ids
 from learn_parallel.lab import records
-from learn_parallel.lab.chain_bench import FULL, QUICK, Config, measure
+from learn_parallel.lab.chain_bench import Config, measure
 from learn_parallel.lab.timing import describe_hardware
+
+# A 1 GiB float32 feature map: big enough that moving it costs more than computing it.
+FULL = Config(batch=256, image_size=64, features=256, classes=10, warmup=3, steps=15)
+QUICK = Config(batch=8, image_size=8, features=8, classes=3, warmup=1, steps=3)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,10 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=200.0, help="seconds for the ranks")
     args = parser.parse_args(argv)
     size = "quick" if args.quick or not torch.cuda.is_available() else "gpu"
-    report = compare(
-        standard_workloads(size), args.world, args.warmup, args.steps, args.timeline_steps,
-        args.bucket_cap_mb, timeout_s=args.timeout,
-    )  # fmt: skip
+    timing = (args.warmup, args.steps, args.timeline_steps, args.bucket_cap_mb)
+    report = compare(standard_workloads(size), args.world, *timing, timeout_s=args.timeout)
     report["command"] = shlex.join(["python", "-m", "experiments.ddp_timeline", *argv])
     write_record(args.out, RECORD_FILE, report)
     print(step_table(report))

@@ -23,7 +23,7 @@ from typing import Any
 from experiments import driver_parser, write_record
 from learn_parallel.devices import Device, device_count, resolve_device_ids
 from learn_parallel.lab import measure, records
-from learn_parallel.lab.timing import Timeline, hardware_label
+from learn_parallel.lab.timing import Timeline, describe_hardware
 
 MEASUREMENTS: dict[str, Callable[[Sequence[Device]], measure.Measurement | None]] = {
     "matmul": measure.matmul,
@@ -48,7 +48,7 @@ def record_all(devices: Sequence[Device], command: str = "", progress: bool = Tr
         "schema": "learn_parallel.lab.measure/1",
         **records.run_metadata(command),
         "python_version": platform.python_version(),
-        "hardware": hardware_label(devices),
+        "hardware": describe_hardware(devices).label(clock=True),
         "measurements": {},
         "timelines": {},
     }

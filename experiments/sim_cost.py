@@ -48,10 +48,9 @@ class Wrapped(torch.Tensor):
 
     @staticmethod
     def __new__(cls, data: torch.Tensor) -> Wrapped:
-        wrapper = torch.Tensor._make_wrapper_subclass(
-            cls, data.size(), strides=data.stride(), storage_offset=data.storage_offset(),
-            dtype=data.dtype, requires_grad=data.requires_grad,
-        )  # fmt: skip
+        layout = {"strides": data.stride(), "storage_offset": data.storage_offset()}
+        grad = {"dtype": data.dtype, "requires_grad": data.requires_grad}
+        wrapper = torch.Tensor._make_wrapper_subclass(cls, data.size(), **layout, **grad)
         wrapper._data = data
         return wrapper
 
@@ -103,10 +102,8 @@ def bare_dispatch() -> Iterator[None]:
 def make_step(where: str, width: int, batch: int) -> Step:
     """One SGD step of Linear-ReLU-Linear-ReLU-Linear on ``where`` ("cpu", "wrapped", "sim:0")."""
     torch.manual_seed(0)
-    model = nn.Sequential(
-        nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
-        nn.Linear(width, width),
-    )  # fmt: skip
+    layers = [nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(width, width))
     x, y = torch.randn(batch, width), torch.randn(batch, width)
     if where == "wrapped":
         for layer in model[::2]:

@@ -32,7 +32,8 @@ import torch
 from experiments import driver_parser, first_devices, write_record
 from learn_parallel import DataParallel
 from learn_parallel.devices import Device
-from learn_parallel.lab import bench, records
+from learn_parallel.lab import records
+from learn_parallel.lab.steps import make_step as make_training_step
 from learn_parallel.lab.timing import Recorder, describe_hardware, step_spans, step_times_ms
 from learn_parallel.lab.workloads import Workload, standard_workloads
 
@@ -45,7 +46,7 @@ def workloads_for(devices: Sequence[Device]) -> dict[str, Workload]:
 
 def make_step(workload: Workload, devices: Sequence[Device]):
     """One DataParallel training step of ``workload``, with its phases marked."""
-    step, dp, _ = bench.make_step(workload, devices, DataParallel)
+    step, dp, _ = make_training_step(workload, devices, DataParallel)
     return step, dp.devices
 
 

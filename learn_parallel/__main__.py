@@ -1,4 +1,7 @@
-"""Command line: ``python -m learn_parallel demo`` and ``python -m learn_parallel bench``."""
+"""``python -m learn_parallel demo``: one DataParallel step, and how the batch was split.
+
+The benchmark runs from a clone of the repository: ``python -m experiments.bench``.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from torch import nn
 
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import device_type
-from learn_parallel.lab import bench
+from learn_parallel.lab.bench import device_count_error
 
 
 class _Reporter(nn.Module):
@@ -56,9 +59,8 @@ def demo(batch: int, devices: int | None, features: int = 16) -> None:
     pieces = f"{len(log)} piece{'' if len(log) == 1 else 's'}"
     print(f"\nA batch of {batch} rows was split into {pieces} (after one warm-up step):")
     for first, last, device, where, seconds in sorted(log, key=lambda r: r[0]):
-        print(
-            f"  rows {first:>3}-{last:<3} -> {where} (tensors on {device}, {seconds * 1e3:.2f} ms)"
-        )
+        span = f"rows {first:>3}-{last:<3}" if last > first else f"row  {first:>3}    "
+        print(f"  {span} -> {where} (tensors on {device}, {seconds * 1e3:.2f} ms)")
     single = model(x, rows)
     same = torch.allclose(out, single, atol=1e-6)
     print(f"\nGathered output: {tuple(out.shape)} on {out.device}; equal to one device: {same}")
@@ -78,12 +80,21 @@ def _positive(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        print(BENCH_MOVED, file=sys.stderr)
+        return 2
     parser = argparse.ArgumentParser(
-        prog="python -m learn_parallel", description=bench.plain(__doc__)
+        prog="python -m learn_parallel",
+        description="Run one learn_parallel.DataParallel training step and show which device "
+        "and worker thread took which rows of the batch.",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run_demo = commands.add_parser(
-        "demo", help="run one DataParallel step and show how the batch was split"
+        "demo",
+        help="run one DataParallel step and show how the batch was split",
+        description="Run one learn_parallel.DataParallel training step (after one warm-up "
+        "step) and show which device and worker thread took which rows of the batch.",
     )
     run_demo.add_argument(
         "--batch", type=_positive, default=10, help="rows in the batch (default 10)"
@@ -91,25 +102,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_demo.add_argument(
         "--devices", type=_positive, default=None, help="number of devices (default: all)"
     )
-    run_bench = commands.add_parser(
-        "bench",
-        help="time one device, learn_parallel.DataParallel, torch.nn.DataParallel and DDP "
-        "side by side; write JSON and plots",
-    )
-    bench.build_parser(run_bench)
-    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        problem = bench.argument_error(argparse.Namespace(devices=[args.devices or 1]))
-        if problem:
-            run_demo.error(problem)
-        demo(args.batch, args.devices)
-    elif args.command == "bench":
-        problem = bench.argument_error(args)
-        if problem:
-            run_bench.error(problem)
-        return bench.run_cli(args, argv[argv.index("bench") + 1 :])
+    try:
+        problem = device_count_error(args.devices or 1)
+    except ValueError as error:  # a bad LEARN_PARALLEL_SIMULATED_DEVICES
+        run_demo.error(str(error))
+    if problem:
+        run_demo.error(f"argument --devices: {problem}")
+    demo(args.batch, args.devices)
     return 0
+
+
+BENCH_MOVED = (
+    "The benchmark runs from a clone of the repository: python -m experiments.bench --help "
+    "(it is not part of the installed package)."
+)
 
 
 if __name__ == "__main__":

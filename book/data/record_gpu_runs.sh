@@ -22,6 +22,7 @@ set -uo pipefail
 out=${1:?usage: record_gpu_runs.sh OUTDIR [DEVICES]}
 devices=${2:-1,2,4}
 parts=" ${PARTS:-tests measure chain bench} "
+# NVLink multicast off for every program this starts (learn_parallel.lab.processes.NCCL_ENV says why).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
 machine=${MACHINE:-$(python -c "import torch; print(torch.cuda.get_device_name(0).split()[-1].lower() + f'-x{torch.cuda.device_count()}')")}
@@ -49,7 +50,7 @@ if [[ $parts == *" chain "* ]]; then
   cp "$extras/chain/chain_bench.json" "$rec/" 2>/dev/null
 fi
 if [[ $parts == *" bench "* ]]; then
-  timeout 420 python -m learn_parallel bench --devices "$devices" --no-progress \
+  timeout 420 python -m experiments.bench --devices "$devices" --no-progress \
     --out "$extras/bench" 2>&1 | tee "$rec/bench.log" | tail -40
   cp "$extras/bench/bench.json" "$rec/" 2>/dev/null
 fi
@@ -76,7 +77,7 @@ if [[ $parts == *" gatherprobe "* ]]; then
 fi
 if [[ $parts == *" trace "* ]]; then
   # Chrome/Perfetto traces of two ResNet-18 steps on 2 GPUs: learn_parallel and torch's DP.
-  timeout 200 python -m learn_parallel bench --devices 2 --workloads conv --cudnn-benchmark off \
+  timeout 200 python -m experiments.bench --devices 2 --workloads conv --cudnn-benchmark off \
     --implementations learn_parallel,torch_dp --warmup 3 --steps 5 --timeline-steps 0 \
     --no-plots --no-progress --out "$work/trace" --trace "$work/trace/trace.json" 2>&1 \
     | grep -v '^USDT' | tee "$work/trace.log" | tail -15

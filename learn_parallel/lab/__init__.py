@@ -1,7 +1,6 @@
-"""The lab: everything that records, measures, plots and benchmarks the core.
+"""The lab: what the chapters import to record, measure, plot and run the core live.
 
-The core (``learn_parallel``'s top level) never imports this subpackage; the
-lab imports the core and listens to its phase marks (`learn_parallel.phases`).
-What the chapters run live stays here; the drivers that record runs on GPU
-machines live outside the package, in the repository's ``experiments/``.
+The core (``learn_parallel``'s top level) never imports this subpackage; the lab imports
+the core and listens to its phase marks (`learn_parallel.phases`). The runs recorded on
+GPU machines ship under ``recorded/`` (`learn_parallel.lab.records` reads them).
 """

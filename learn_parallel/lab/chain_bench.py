@@ -1,20 +1,16 @@
-"""Benchmark: two wrapped networks in a chain, with and without a round trip in between.
+"""Two wrapped networks in a chain, with and without a round trip in between (options chapter).
 
-netA turns images into a wide feature map; netB turns the feature map into
-class scores. Both are wrapped in DataParallel, and one training step is timed
-two ways:
+netA turns images into a wide feature map; netB turns it into class scores. Both are
+wrapped in DataParallel, and one training step is timed two ways:
 
-- *scattered*: netA with ``gather_to_one_device=False`` hands each device's
-  piece of the feature map straight to netB with ``inputs_are_scattered=True``;
-  the feature map never leaves the device that computed it.
-- *regathered*: plain DataParallel twice, so the whole feature map is gathered
-  on the first device and split again for netB (and its gradient makes the same
-  round trip backward).
+- *scattered*: netA with ``gather_to_one_device=False`` hands each device's piece of the
+  feature map straight to netB with ``inputs_are_scattered=True``;
+- *regathered*: plain DataParallel twice, so the whole feature map is gathered on the
+  first device and split again for netB (and its gradient makes the same round trip).
 
-Each step is timed after warmup steps, with every device synchronized before
-and after (on GPUs), and the median is reported. The options chapter runs `measure`
-live (`learn_parallel.lab.measure.chain`); ``python -m experiments.chain_bench``
-records ``chain_bench.json`` on GPUs.
+Each step is timed after warm-up steps with every device idle at its start and end; the
+median is reported. The options chapter runs `measure` live (`measure.chain`) beside the
+run recorded on GPUs (``chain_bench.json``).
 """
 
 from __future__ import annotations
@@ -45,11 +41,6 @@ class Config:
     @property
     def feature_map_mb(self) -> float:
         return self.batch * self.features * self.image_size**2 * 4 / 1e6
-
-
-# A 1 GiB float32 feature map: big enough that moving it costs more than computing it.
-FULL = Config(batch=256, image_size=64, features=256, classes=10, warmup=3, steps=15)
-QUICK = Config(batch=8, image_size=8, features=8, classes=3, warmup=1, steps=3)
 
 
 class FeatureNet(nn.Module):

@@ -1,20 +1,14 @@
 """The setup every chapter shares: this machine's device plan, the recorded GPU runs, plots.
 
 A chapter's first cell installs the package where it is missing (Colab) and then runs
-``from learn_parallel.lab.chapter import *``, which brings in the names below. The device
-plan is decided here, once, for every machine a learner may have:
-
-- two or more GPUs: the lessons run on them (``cuda:0``, ``cuda:1``, ...);
-- one GPU or none: the multi-device lessons run on simulated devices (``sim:0``, ...,
-  four unless ``LEARN_PARALLEL_SIMULATED_DEVICES`` says otherwise, and never fewer than
-  two), and a single real
-  GPU, where there is one, is ``GPU``: the one-device baselines and the GPU side of a
-  copy use it. Cells that need several real GPUs (NCCL, per-GPU CUDA-event timings) ask
-  `needs_gpus`, which says why the recorded run is shown instead.
-
-Choosing simulated devices sets ``LEARN_PARALLEL_SIMULATE=1`` in this process
-(`learn_parallel.devices.simulate_for_lessons`), so ``lp.DataParallel(model)`` with no
-``device_ids`` and the processes a chapter starts use the same devices as the chapter.
+``from learn_parallel.lab.chapter import *``. The device plan is decided here, once:
+two or more GPUs run the lessons; with one GPU (Colab) or none they run on simulated
+devices (``sim:0``, ...; four unless ``LEARN_PARALLEL_SIMULATED_DEVICES`` says otherwise,
+never fewer than two), and a lone GPU is ``GPU`` for the one-device baselines. Cells that
+need several real GPUs ask `needs_gpus`, which says why the recorded run is shown instead.
+On simulated devices every CPU timing uses one thread per device (`one_thread_per_device`).
+Choosing simulated devices sets ``LEARN_PARALLEL_SIMULATE=1`` in this process, so
+``lp.DataParallel(model)`` and the processes a chapter starts use the same devices.
 """
 
 from __future__ import annotations
@@ -34,9 +28,10 @@ from learn_parallel.devices import (
     simulate_for_lessons,
 )
 from learn_parallel.lab import measure
-from learn_parallel.lab.notebook import skip_cells_that_use
 from learn_parallel.lab.plots import plot_measurement, plot_timeline
 from learn_parallel.lab.source import show_source
+from learn_parallel.lab.steps import one_thread_per_device
+from learn_parallel.lab.timing import describe_hardware
 
 __all__ = [
     "DEVICES",
@@ -77,6 +72,7 @@ class DevicePlan:
     gpus: int  # real GPUs this process sees
     gpu: torch.device | None  # a lone real GPU for one-device lessons, else None
     reason: str  # one line: why these devices
+    threads: str = ""  # one line: the CPU thread policy, where simulated devices time on the CPU
 
     @property
     def source(self) -> torch.device:
@@ -85,7 +81,8 @@ class DevicePlan:
 
     def summary(self) -> str:
         names = ", ".join(d.describe() for d in self.devices)
-        return f"{len(self.devices)} devices: {names}\n{self.reason}"
+        lines = [f"{len(self.devices)} devices: {names}", self.reason, self.threads]
+        return "\n".join(line for line in lines if line)
 
 
 def plan_devices() -> DevicePlan:
@@ -98,7 +95,7 @@ def plan_devices() -> DevicePlan:
     if kind == SIMULATED and gpus == 1:
         gpu = torch.device("cuda", 0)
         reason += f" Single-device baselines use GPU = cuda:0 ({torch.cuda.get_device_name(0)})."
-    return DevicePlan(kind, devices, gpus, gpu, reason)
+    return DevicePlan(kind, devices, gpus, gpu, reason, one_thread_per_device())
 
 
 def needs_gpus(count: int, what: str) -> bool:
@@ -119,28 +116,21 @@ DEVICES = PLAN.devices
 DEVICE_IDS = [d.index for d in DEVICES]
 SOURCE = PLAN.source
 GPU = PLAN.gpu
-HARDWARE = measure.hardware_label(DEVICES)  # e.g. "4 simulated CPU devices (host clock)"
+HARDWARE = describe_hardware(DEVICES).label(clock=True)  # "4 simulated CPU devices (host clock)"
 time_ms = measure.median_ms  # median of 15 runs: CUDA events on a GPU, host clock otherwise
-
-try:  # shipped in learn_parallel/lab/recorded
-    RECORDED = measure.load_recorded(RECORDED_MACHINE)
-except FileNotFoundError as missing:  # say so once; the cells that need them are skipped
-    RECORDED = None
-    skip_cells_that_use(["RECORDED"], attributes=["load_recorded"], reason=missing)
+# Shipped in learn_parallel/lab/recorded: an install without them fails here, saying how to fix it.
+RECORDED = measure.load_recorded(RECORDED_MACHINE)
 
 
 def show(live: measure.Measurement) -> None:
     """Plot a measurement taken here, beside the same one recorded on 4 x H200."""
-    recorded = RECORDED.measurement(live.key) if RECORDED else None
-    plot_measurement(live, recorded)
+    plot_measurement(live, RECORDED.measurement(live.key))
     plt.show()
 
 
 def show_timelines(live: measure.Timeline, key: str, title: str) -> None:
     """The last step of a timeline recorded here, above the same one recorded on 4 x H200."""
-    panels = [("this machine", live)]
-    if RECORDED:
-        panels.append(("recorded", RECORDED.timeline(key)))
+    panels = [("this machine", live), ("recorded", RECORDED.timeline(key))]
     rows = sum(len(t.devices()) for _, t in panels)
     fig, _ = plt.subplots(
         len(panels), 1, figsize=(10, 1.4 * len(panels) + 0.45 * rows), layout="constrained"

@@ -1,4 +1,4 @@
-"""Per-rank work that shows `learn_parallel.DistributedDataParallel` is right (tests, chapter).
+"""Per-rank work that shows `learn_parallel.DistributedDataParallel` is right (the DDP chapter).
 
 Each ``*_worker`` runs inside one process of `learn_parallel.lab.processes.run_ranks`
 and returns plain tensors; the caller compares them with `reference_training`,
@@ -32,10 +32,8 @@ LR = 0.1
 def tiny_model(seed: int = 0, dtype: torch.dtype = torch.float64) -> nn.Module:
     """A three-layer MLP, small enough to train in many processes on two CPU cores."""
     torch.manual_seed(seed)
-    return nn.Sequential(
-        nn.Linear(IN, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, HIDDEN), nn.Tanh(),
-        nn.Linear(HIDDEN, OUT),
-    ).to(dtype)  # fmt: skip
+    layers = [nn.Linear(IN, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, HIDDEN), nn.Tanh()]
+    return nn.Sequential(*layers, nn.Linear(HIDDEN, OUT)).to(dtype)
 
 
 def step_batches(
@@ -84,9 +82,13 @@ def reference_training(
 
 
 def train_worker(
-    rank: int, world: int, rows: Sequence[int], steps: int = 3, seed: int = 0,
+    rank: int,
+    world: int,
+    rows: Sequence[int],
+    steps: int = 3,
+    seed: int = 0,
     bucket_cap_mb: float = 0.001,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Train ``steps`` steps with our DDP on this rank's share; return what it saw.
 
     The default bucket cap (about 1 KB) makes several buckets even for this
@@ -189,47 +191,6 @@ def errors_worker(rank: int, world: int) -> dict[str, str]:
     return messages
 
 
-def torch_agreement_worker(rank: int, world: int, steps: int = 3, seed: int = 0) -> dict:
-    """Our DDP and torch's on the same float32 models and data: gradients and parameters.
-
-    Two models: the benchmark's MLP (small) and its small CNN (BatchNorm buffers
-    included, so broadcast_buffers is exercised too).
-    """
-    from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
-
-    device = rank_device(dist.get_backend(), rank)
-    workloads = {
-        "mlp": Workload("mlp", batch=64, width=128, layers=3),
-        "cnn": Workload("conv", batch=16, image_size=16, model="small_cnn", classes=10),
-    }
-    result: dict[str, Any] = {}
-    for key, workload in workloads.items():
-        x, y = make_batch(workload, workload.batch // world, device, seed=seed + rank)
-        for impl in ("ours", "torch"):
-            model = build_model(workload, seed).to(device)
-            if impl == "ours":
-                wrapped: nn.Module = DistributedDataParallel(model, bucket_cap_mb=0.05)
-            else:
-                ids = [device.index] if device.type == "cuda" else None
-                wrapped = torch.nn.parallel.DistributedDataParallel(
-                    model, device_ids=ids, bucket_cap_mb=0.05
-                )
-            optimizer = torch.optim.SGD(wrapped.parameters(), lr=0.05)
-            grads, outputs = [], []
-            for _ in range(steps):
-                out = wrapped(x)
-                loss_function(workload, out, y).backward()
-                outputs.append(out.detach().cpu().clone())
-                grads.append(_grads(model))
-                optimizer.step()
-                optimizer.zero_grad()
-            result[f"{key}:{impl}"] = {
-                "outputs": outputs, "grads": grads, "params": _snapshot(model),
-                "buffers": {n: b.detach().cpu().clone() for n, b in model.named_buffers()},
-            }  # fmt: skip
-    return result
-
-
 def suite_worker(rank: int, world: int, tasks: Sequence[tuple[str, dict]]) -> dict[str, Any]:
     """Several of the workers above in one process start (starting processes is slow)."""
     workers = {
@@ -237,7 +198,6 @@ def suite_worker(rank: int, world: int, tasks: Sequence[tuple[str, dict]]) -> di
         "no_sync": no_sync_worker,
         "ring": ring_worker,
         "errors": errors_worker,
-        "torch": torch_agreement_worker,
     }
     return {
         f"{name}:{i}": workers[name](rank, world, **kwargs)

@@ -1,20 +1,10 @@
 """Our DDP beside torch's DDP and our DataParallel: step times and per-rank timelines.
 
-`compare` measures, on this machine's first ``world`` GPUs (NCCL) or in gloo
-processes on the CPU:
-
-* `learn_parallel.DistributedDataParallel` and `torch.nn.parallel.DistributedDataParallel`,
-  the same model, data and processes, one after the other (median of the timed
-  steps; a step is as slow as its slowest rank, so each step keeps the maximum
-  over ranks), with the peak memory each rank allocated;
-* `learn_parallel.DataParallel` on the same devices, in this process;
-* a timeline of a few more steps of each of ours: per rank forward, loss,
-  backward, every bucket's all-reduce, the final copy of the averaged
-  gradients and the optimizer step; and DataParallel's usual per-device phases.
-
-``python -m experiments.ddp_timeline`` records it as ``distributed.json``. Clocks: on GPUs every
-mark is a CUDA event (the all-reduces on the side stream that runs them); on
-the CPU every mark is the host clock, which all processes of one machine share.
+`compare` (the DDP chapter) times `learn_parallel.DistributedDataParallel` and torch's
+DDP in the same processes (`run_ranks`: NCCL on GPUs, gloo processes on the CPU), our
+`DataParallel` on as many devices in this process, and records a few steps of each of
+ours per rank and device. `time_ddp` times torch's DDP alone, for the benchmark and the
+ladder. A step is as slow as its slowest rank, so each step keeps the maximum over ranks.
 """
 
 from __future__ import annotations
@@ -23,7 +13,9 @@ import gc
 import os
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 import torch
@@ -32,15 +24,10 @@ import torch.distributed as dist
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import device_count, resolve_device_ids
 from learn_parallel.lab import records, spread
-from learn_parallel.lab.bench import make_step, record_timeline, train_step
-from learn_parallel.lab.processes import NCCL_ENV, rank_device, rank_step_times, run_ranks, share
+from learn_parallel.lab.processes import rank_device, rank_step_times, run_ranks, share
+from learn_parallel.lab.steps import make_step, record_timeline, train_step
 from learn_parallel.lab.timing import Hardware, Recorder, Timeline, phase, step_times_ms
-from learn_parallel.lab.workloads import (
-    Workload,
-    build_model,
-    make_batch,
-    parameter_count,
-)
+from learn_parallel.lab.workloads import Workload, build_model, make_batch, parameter_count
 from learn_parallel.variants.distributed import DEFAULT_BUCKET_CAP_MB, DistributedDataParallel
 
 SCHEMA = "learn_parallel.lab.ddp_timeline/1"
@@ -51,56 +38,40 @@ IMPLEMENTATIONS = {
 }
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def _wrap(impl: str, model: torch.nn.Module, device: torch.device, cap_mb: float) -> Any:
+    if impl == "ours":
+        return DistributedDataParallel(model, bucket_cap_mb=cap_mb)
+    ids = [device.index] if device.type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, bucket_cap_mb=cap_mb)
 
 
 def bench_worker(rank: int, world: int, config: dict[str, Any]) -> dict[str, Any]:
-    """One rank: time our DDP and torch's on every workload, then record our DDP's timeline."""
+    """One rank: time each of ``config["implementations"]`` on every workload, then record
+    our DDP's timeline (one row per rank)."""
     device = rank_device(dist.get_backend(), rank)
-    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.benchmark = config.get("cudnn_benchmark", False)
     out: dict[str, Any] = {"workloads": {}}
     for key, fields in config["workloads"].items():
         workload = Workload(**fields)
-        rows = share(workload.batch, world, rank)
-        x, y = make_batch(workload, rows, device, seed=config["seed"] + rank)
+        x, y = make_batch(
+            workload, share(workload.batch, world, rank), device, config["seed"] + rank
+        )
         entry: dict[str, Any] = {}
-        for impl in ("ours", "torch"):
+        for impl in config.get("implementations", ("ours", "torch")):
             model = build_model(workload, config["seed"]).to(device)
-            if impl == "ours":
-                wrapped = DistributedDataParallel(model, bucket_cap_mb=config["bucket_cap_mb"])
-                buckets = len(wrapped.buckets)
-            else:
-                ids = [device.index] if device.type == "cuda" else None
-                wrapped = torch.nn.parallel.DistributedDataParallel(
-                    model, device_ids=ids, bucket_cap_mb=config["bucket_cap_mb"]
-                )
+            wrapped = _wrap(impl, model, device, config["bucket_cap_mb"])
             opt = torch.optim.SGD(wrapped.parameters(), lr=config["lr"])
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
 
-            def step(wrapped: Any = wrapped, opt: Any = opt, batch: tuple = (x, y),
-                     workload: Workload = workload) -> None:  # fmt: skip
-                train_step(wrapped, *batch, workload, opt)
-
+            step = partial(train_step, wrapped, x, y, workload, opt)
             times = rank_step_times(step, device, config["warmup"], config["steps"])
             entry[impl] = {"step_ms_all": times, "step_ms": statistics.median(times)}
             if device.type == "cuda":
                 entry[impl]["peak_memory_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
             if impl == "ours" and config["timeline_steps"] > 0:
-                _sync(device)
-                dist.barrier()
-                # One row per rank, on the host clock every process shares (CUDA events
-                # on GPUs: the all-reduces marked on DDP's communication stream).
-                recorder = Recorder([device], host_row=False, row=f"rank:{rank}", origin_s=0.0)
-                with recorder:
-                    for number in range(config["timeline_steps"]):
-                        recorder.begin_step(number)
-                        with phase("step"):
-                            step()
-                entry["timeline"] = [asdict(r) for r in recorder.timeline().records]
-                entry["buckets"] = buckets
+                entry["timeline"] = _rank_timeline(step, device, rank, config["timeline_steps"])
+                entry["buckets"] = len(wrapped.buckets)
             del wrapped, opt, model, step
             gc.collect()  # our DDP's hooks hold the model in a cycle: free it before the next
             if device.type == "cuda":
@@ -110,6 +81,57 @@ def bench_worker(rank: int, world: int, config: dict[str, Any]) -> dict[str, Any
         torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU process"
     )
     return out
+
+
+def _rank_timeline(step: Any, device: torch.device, rank: int, steps: int) -> list[dict]:
+    """A few recorded steps on this rank's row, on the host clock every process shares
+    (CUDA events on GPUs: the all-reduces marked on DDP's communication stream)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    dist.barrier()
+    recorder = Recorder([device], host_row=False, row=f"rank:{rank}", origin_s=0.0)
+    with recorder:
+        for number in range(steps):
+            recorder.begin_step(number)
+            with phase("step"):
+                step()
+    return [asdict(r) for r in recorder.timeline().records]
+
+
+def _launch(config: dict[str, Any], world: int, timeout_s: float, **kwargs: Any) -> Any:
+    """`bench_worker` on ``world`` ranks; on the CPU one thread per rank, as for every
+    simulated device (`steps.one_thread_per_device`)."""
+    backend, _ = choose_backend(world)
+    threads = None if backend == "nccl" else 1
+    return run_ranks(bench_worker, world, (config,), backend, timeout_s, threads=threads, **kwargs)
+
+
+def time_ddp(
+    workloads: Sequence[Workload],
+    world: int,
+    warmup: int = 5,
+    steps: int = 20,
+    cudnn_benchmark: bool = False,
+    seed: int = 0,
+    lr: float = 0.01,
+    timeout_s: float = 300.0,
+) -> list[list[float]]:
+    """torch's DDP on ``world`` processes, one per device: for each workload, the ms of each
+    timed step (its slowest rank's). Raises `RankFailed` when a rank fails or times out."""
+    config = {
+        "workloads": {str(i): w.to_dict() for i, w in enumerate(workloads)},
+        "implementations": ["torch"],
+        "cudnn_benchmark": cudnn_benchmark,
+        "warmup": warmup,
+        "steps": steps,
+        "timeline_steps": 0,
+        "bucket_cap_mb": DEFAULT_BUCKET_CAP_MB,
+        "lr": lr,
+        "seed": seed,
+    }
+    # A collective may wait as long as the whole run (a slow rank's cuDNN tuning, say).
+    first = _launch(config, world, timeout_s, group_timeout_s=timeout_s)[0]["workloads"]
+    return [first[str(i)]["torch"]["step_ms_all"] for i in range(len(workloads))]
 
 
 def dp_run(workload: Workload, world: int, config: dict[str, Any]) -> dict[str, Any]:
@@ -133,7 +155,6 @@ def choose_backend(world: int) -> tuple[str, str]:
     return "gloo", f"{world} ranks as CPU processes, talking through gloo ({where} here)."
 
 
-# [compare]
 def compare(
     workloads: dict[str, Workload],
     world: int = 2,
@@ -147,32 +168,29 @@ def compare(
 ) -> dict[str, Any]:
     """Our DDP, torch's DDP (``world`` processes) and our DataParallel, on every workload."""
     backend, why = choose_backend(world)
-    on_gpus = backend == "nccl"
     print(why)
     config = {
         "workloads": {k: w.to_dict() for k, w in workloads.items()},
-        "warmup": warmup, "steps": steps, "timeline_steps": timeline_steps,
-        "bucket_cap_mb": bucket_cap_mb, "lr": 0.01, "seed": seed,
-    }  # fmt: skip
-    for name, value in NCCL_ENV.items():
-        os.environ.setdefault(name, value)
+        "warmup": warmup,
+        "steps": steps,
+        "timeline_steps": timeline_steps,
+        "bucket_cap_mb": bucket_cap_mb,
+        "lr": 0.01,
+        "seed": seed,
+    }
     started = time.perf_counter()
-    ranks, start_times = run_ranks(
-        bench_worker, world, args=(config,), backend=backend, timeout_s=timeout_s,
-        with_times=True,
-    )  # fmt: skip
+    ranks, start_times = _launch(config, world, timeout_s, with_times=True)
     processes_s = time.perf_counter() - started
+    kind = "cuda" if backend == "nccl" else "cpu"
     names = [r["device_name"] for r in ranks]
-    hardware = Hardware(
-        "cuda" if on_gpus else "cpu", world, names, torch.__version__, torch.version.cuda
-    )
+    hardware = Hardware(kind, world, names, torch.__version__, torch.version.cuda)
     report: dict[str, Any] = {
         "schema": SCHEMA,
         **records.run_metadata(""),  # the driver fills in its command line
         "backend": backend,
         "world": world,
         "hardware": asdict(hardware),
-        "label": label(hardware),
+        "label": hardware.label(clock=TRANSPORT[kind]),
         "settings": {k: v for k, v in config.items() if k != "workloads"},
         "process_start": {"ranks_s": start_times, "run_ranks_s": processes_s},
         "workloads": {},
@@ -193,12 +211,13 @@ def compare(
                 ]
         if timeline_steps > 0:
             marks = [rec for r in ranks for rec in r["workloads"][key]["timeline"]]
-            clock = "cuda-event" if on_gpus else "host"
             rows = sorted({rec["device"] for rec in marks})
+            clocks = dict.fromkeys(rows, "cuda-event" if kind == "cuda" else "host")
             entry["ddp_timeline"] = {
-                "hardware": asdict(hardware), "records": marks,
-                "clocks": dict.fromkeys(rows, clock),
-            }  # fmt: skip
+                "hardware": asdict(hardware),
+                "records": marks,
+                "clocks": clocks,
+            }
         if with_dp and device_count() < world:
             print(f"DataParallel left out: {world} ranks, but {device_count()} devices here.")
         elif with_dp:
@@ -212,15 +231,8 @@ def compare(
     return report
 
 
-# [compare]
-
-
-def label(hardware: Hardware) -> str:
-    """``"2 x NVIDIA H200 (NCCL)"`` or ``"2 gloo processes on 2 CPU cores"``."""
-    if hardware.device_type == "cuda":
-        return f"{hardware.label()} (NCCL, one process per GPU)"
-    n = hardware.device_count
-    return f"{n} gloo processes on {hardware.cpu_count} CPU cores"
+# How the ranks of a run talked, by the kind of device they ran on: said with the hardware.
+TRANSPORT = {"cuda": "NCCL, one process per GPU", "cpu": "gloo"}
 
 
 def ddp_timeline(report: dict[str, Any], key: str) -> Timeline:
@@ -231,12 +243,11 @@ def dp_timeline(report: dict[str, Any], key: str) -> Timeline:
     return Timeline.from_dict(report["workloads"][key]["dp_timeline"])
 
 
-# [plot]
 def plot_ranks(timeline: Timeline, step: int | None = None, title: str = "", ax: Any = None) -> Any:
     """One step of DDP: per rank a compute lane and an all-reduce lane, bars per phase."""
     import matplotlib.pyplot as plt
 
-    from learn_parallel.lab.plots import PHASE_COLORS
+    from learn_parallel.lab.plots import PHASE_COLORS, figure_height
 
     colors = {**PHASE_COLORS, "all-reduce": "#E17C05", "unflatten": "#7F7F7F"}
     step = timeline.steps()[-1] if step is None else step
@@ -246,8 +257,12 @@ def plot_ranks(timeline: Timeline, step: int | None = None, title: str = "", ax:
     origin = min(r.start_ms for r in shown)
     ranks = sorted({r.device for r in shown}, key=lambda row: int(row.split(":")[1]))
     lanes = [(rank, lane) for rank in ranks for lane in ("compute", "all-reduce")]
+    kinds = list(
+        dict.fromkeys("all-reduce" if r.phase.startswith("all-reduce") else r.phase for r in shown)
+    )
     if ax is None:
-        _, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * len(lanes)), layout="constrained")
+        height = figure_height(len(lanes), len(kinds))
+        _, ax = plt.subplots(figsize=(10, height), layout="constrained")
     for y, (rank, lane) in enumerate(lanes):
         for r in shown:
             comm = r.phase.startswith("all-reduce")
@@ -255,18 +270,13 @@ def plot_ranks(timeline: Timeline, step: int | None = None, title: str = "", ax:
                 continue
             kind = "all-reduce" if comm else r.phase
             # Backward spans the unflatten at its end: draw it underneath.
-            ax.barh(y, r.duration_ms, left=r.start_ms - origin, height=0.6, color=colors.get(kind),
-                    edgecolor="white" if comm else None, linewidth=0.8,
-                    zorder=1 if kind == "backward" else 2)  # fmt: skip
+            bar = {"edgecolor": "white" if comm else None, "linewidth": 0.8}
+            bar["zorder"] = 1 if kind == "backward" else 2
+            ax.barh(y, r.duration_ms, 0.6, r.start_ms - origin, color=colors.get(kind), **bar)
     ax.set_yticks(range(len(lanes)), [f"{rank} {lane}" for rank, lane in lanes])
     ax.invert_yaxis()
     ax.set_xlabel("time since the step began (ms)")
     ax.grid(axis="x", alpha=0.3)
-    kinds = []
-    for r in shown:
-        kind = "all-reduce" if r.phase.startswith("all-reduce") else r.phase
-        if kind not in kinds:
-            kinds.append(kind)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors.get(k)) for k in kinds]
     ax.legend(handles, kinds, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     clock = (
@@ -276,7 +286,7 @@ def plot_ranks(timeline: Timeline, step: int | None = None, title: str = "", ax:
     )
     ax.set_title(
         f"{title or 'learn_parallel.DistributedDataParallel, one step per rank'}\n"
-        f"{label(timeline.hardware)}; {clock}",
+        f"{timeline.hardware.label(clock=TRANSPORT[timeline.hardware.device_type])}; {clock}",
         fontsize=10,
     )
     return ax.figure
@@ -289,10 +299,10 @@ def plot_side_by_side(report: dict[str, Any], key: str, where: str = "") -> Any:
     from learn_parallel.lab.plots import plot_timeline
 
     dp, ddp = dp_timeline(report, key), ddp_timeline(report, key)
+    heights = [1 + len(dp.devices()), 2 * ddp.hardware.device_count]
     fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=(10, 7.5), layout="constrained", sharex=True,
-        height_ratios=[1 + len(dp.devices()), 2 * ddp.hardware.device_count],
-    )  # fmt: skip
+        2, 1, figsize=(10, 7.5), layout="constrained", sharex=True, height_ratios=heights
+    )
     title = report["workloads"][key]["title"]
     plot_timeline(dp, title=f"learn_parallel.DataParallel: {title}", ax=top)
     top.set_xlabel("")
@@ -300,9 +310,6 @@ def plot_side_by_side(report: dict[str, Any], key: str, where: str = "") -> Any:
     if where:
         fig.suptitle(where, fontsize=10)
     return fig
-
-
-# [plot]
 
 
 def step_table(report: dict[str, Any]) -> str:

@@ -1,20 +1,14 @@
-"""The per-device measurements the book's chapters plot, live and recorded.
+"""The per-device measurements the chapters plot, live and recorded: one function per chapter.
 
-Each chapter times its piece of DataParallel on the reader's devices (real GPUs,
-or simulated CPU devices) and shows, beside that, the same function run on real
-H200s. Keeping every measurement here, as one function per chapter, means the
-live plot and the recorded one come from the same code.
-
-``python -m experiments.measure --out DIR`` runs them all on this machine's
-devices and writes ``DIR/chapters.json``; ``book/data/record_gpu_runs.sh``
-calls it on the GPU machines. ``load_recorded("h200-x4")`` reads such a run
-back from ``learn_parallel/lab/recorded/h200-x4``, which ships with the package.
+Each chapter times its piece of DataParallel on the reader's devices (real GPUs, or
+simulated CPU devices) and shows beside it the same function run on real H200s, so the
+live plot and the recorded one come from the same code. `load_recorded` reads a recorded
+machine back from the runs that ship with the package (`learn_parallel.lab.records`).
 """
 
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,13 +26,8 @@ from learn_parallel.devices import (
     synchronize,
 )
 from learn_parallel.lab import records
-from learn_parallel.lab.timing import (
-    Recorder,
-    Timeline,
-    describe_hardware,
-    hardware_label,
-    step_times_ms,
-)
+from learn_parallel.lab.persistent_workers import run_fresh_threads
+from learn_parallel.lab.timing import Hardware, Recorder, Timeline, describe_hardware, step_times_ms
 from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.replicate import check_on_source_device, copy_to_devices, replicate
 from learn_parallel.scatter_gather import gather, scatter
@@ -124,7 +113,7 @@ def matmul(devices: Sequence[DeviceLike] | None = None, n: int = 384) -> Measure
         "time per matmul (ms)",
         [str(d) for d in devs],
         {"matmul": times},
-        hardware_label(devs),
+        describe_hardware(devs).label(clock=True),
     )
 
 
@@ -171,7 +160,7 @@ def scatter_copy(devices: Sequence[DeviceLike] | None = None, rows: int = 4096) 
         "time (µs)",
         [str(d) for d in devs[: len(slices)]],
         {"copy": times},
-        hardware_label(devs),
+        describe_hardware(devs).label(clock=True),
     )
 
 
@@ -189,7 +178,7 @@ def replicate_copy(devices: Sequence[DeviceLike] | None = None, width: int = 102
         "time (ms)",
         [str(d) for d in devs],
         {"copy": times},
-        hardware_label(devs),
+        describe_hardware(devs).label(clock=True),
         note="Replica 0 shares the original's storage, so its bar is only overhead.",
     )
 
@@ -221,7 +210,7 @@ def replica_forward(devices: Sequence[DeviceLike] | None = None, rows: int = 409
         "time (ms)",
         [str(d) for d in devs],
         {"forward": [statistics.median(forward[str(d)]) for d in devs]},
-        hardware_label(devs),
+        describe_hardware(devs).label(clock=True),
     )
 
 
@@ -238,7 +227,7 @@ def gather_targets(devices: Sequence[DeviceLike] | None = None, rows: int = 4096
         "time of one gather (ms)",
         [str(t) for t in targets],
         {"gather": times},
-        hardware_label(devs),
+        describe_hardware(devs).label(clock=True),
     )
 
 
@@ -333,7 +322,7 @@ def tuple_vs_data_parallel(
         "median step time (ms)",
         [str(n) for n in counts],
         series,
-        hardware_label(devs),
+        describe_hardware(devs).label(clock=True),
         numeric_x=True,
     )
 
@@ -406,33 +395,8 @@ def peak_memory(
         "peak memory above the model (MiB)",
         [str(d) for d in devs],
         series,
-        hardware_label(devs).replace("CUDA events", reader).replace("host clock", reader),
+        describe_hardware(devs).label(clock=reader),
     )
-
-
-# [threads-per-call]
-def threads_per_call(modules: Sequence[nn.Module], inputs: Sequence[Any]) -> list[Any]:
-    """Run ``modules[i](inputs[i])`` in a fresh thread each, started and joined per call.
-
-    The baseline `parallel_apply` is compared against: the way to run replicas
-    concurrently when nothing is kept between calls.
-    """
-    if len(modules) == 1:
-        return [modules[0](inputs[0])]
-    results: list[Any] = [None] * len(modules)
-
-    def run(i: int) -> None:
-        results[i] = modules[i](inputs[i])
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(modules))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
-
-
-# [threads-per-call]
 
 
 def _time_apply_calls(devs: Sequence[Device]) -> list[float]:
@@ -442,7 +406,7 @@ def _time_apply_calls(devs: Sequence[Device]) -> list[float]:
     inputs = [(torch.randn(2, 8, device=d.torch_device),) for d in devs]
     calls = [
         lambda: parallel_apply(replicas, inputs),
-        lambda: threads_per_call(replicas, [x for (x,) in inputs]),
+        lambda: run_fresh_threads([lambda r=r, x=x: r(*x) for r, x in zip(replicas, inputs)]),
     ]
     if devs[0].type == "cuda":
         calls.append(lambda: torch.nn.parallel.parallel_apply(replicas, inputs))
@@ -473,7 +437,7 @@ def worker_overhead(devices: Sequence[DeviceLike] | None = None) -> Measurement:
         "median time per call (µs)",
         [str(n) for n in counts],
         series,
-        hardware_label(devs),
+        describe_hardware(devs).label(clock=True),
         numeric_x=True,
     )
 
@@ -486,20 +450,18 @@ def chain(devices: Sequence[DeviceLike] | None = None, config: Any = None) -> Me
     config = config or chain_bench.Config(
         batch=64, image_size=32, features=32, classes=10, warmup=2, steps=7
     )
-    counts = [n for n in _counts(devs) if n >= 2]
-    results = [chain_bench.measure(n, config) for n in counts]
-    return chain_measurement(
-        results, describe_hardware(devs).label(), devs[0].type == "cuda", config.feature_map_mb
-    )
+    results = [chain_bench.measure(n, config) for n in _counts(devs) if n >= 2]
+    on_gpus = devs[0].type == "cuda"
+    label = describe_hardware(devs).label(clock=CHAIN_CLOCK[on_gpus])
+    return chain_measurement(results, label, config.feature_map_mb)
 
 
-def chain_measurement(
-    results: Sequence[dict], machine: str, on_gpus: bool, feature_map_mb: float
-) -> Measurement:
+# chain_bench times whole steps on the host clock, with every device synchronized around each.
+CHAIN_CLOCK = {True: "host clock, GPUs synchronized", False: "host clock"}
+
+
+def chain_measurement(results: Sequence[dict], label: str, feature_map_mb: float) -> Measurement:
     """A Measurement from chain_bench results (live ones, or a recorded chain_bench.json's)."""
-    # chain_bench times whole steps on the host clock, with the GPUs synchronized around each.
-    clock = "host clock, GPUs synchronized" if on_gpus else "host clock"
-    hardware = f"{machine} ({clock})"
     return Measurement(
         "chain",
         f"One training step of netA -> netB, feature map {feature_map_mb:,.1f} MB",
@@ -510,12 +472,12 @@ def chain_measurement(
             "kept scattered": [r["scattered_median_ms"] for r in results],
             "gathered, then scattered again": [r["regathered_median_ms"] for r in results],
         },
-        hardware,
+        label,
         numeric_x=True,
     )
 
 
-# -- reading a recording back (experiments/measure.py records it) ------------------
+# -- reading a recording back ----------------------------------------------------------
 
 
 @dataclass
@@ -526,7 +488,7 @@ class Recorded:
     hardware: str
     measurements: dict[str, Measurement]
     timelines: dict[str, Timeline]
-    bench: dict[str, Any] | None = None  # python -m learn_parallel bench's JSON
+    bench: dict[str, Any] | None = None  # the benchmark's bench.json
     chain_bench: dict[str, Any] | None = None
     date: str = ""
     source: str = ""  # the folder it was read from
@@ -535,8 +497,6 @@ class Recorded:
     repeat: dict[str, Measurement] = field(default_factory=dict)
 
     def measurement(self, key: str) -> Measurement:
-        if key == "chain" and key not in self.measurements and self.chain_bench:
-            return self.chain()  # the options chapter's chain, from chain_bench.json
         if key not in self.measurements:
             raise KeyError(
                 f"The recording from {self.machine} has no measurement {key!r} "
@@ -563,13 +523,6 @@ class Recorded:
                 return Timeline.from_dict(t["timeline"])
         raise KeyError(f"No {implementation} timeline for {group!r} on {devices} devices.")
 
-    def chain(self) -> Measurement:
-        report = self.chain_bench or {}
-        mb = report.get("config", {}).get("feature_map_mb", 0.0)
-        machine = self.hardware.split(" (")[0]  # the label without its clock
-        on_gpus = not report.get("hardware", {}).get("simulated", False)
-        return chain_measurement(report.get("results", []), machine, on_gpus, mb)
-
 
 def load_recorded(machine: str = "h200-x4") -> Recorded:
     """The runs recorded on ``machine`` (a folder name under `records.recorded_root`)."""
@@ -587,20 +540,24 @@ def load_recorded(machine: str = "h200-x4") -> Recorded:
         )
     chapters = chapters or {"measurements": {}, "timelines": {}}
     meta = (bench or {}).get("meta", {})
-    clock = " (CUDA events)" if meta.get("hardware", {}).get("device_type") == "cuda" else ""
+    hardware = chapters.get("hardware") or Hardware.from_dict(meta["hardware"]).label(clock=True)
+    measurements = {k: Measurement.from_dict(v) for k, v in chapters["measurements"].items()}
+    chain = records.read_json("chain_bench.json", machine)
+    if chain and "chain" not in measurements:  # recorded by its own driver, in its own file
+        on_gpus = not chain["hardware"].get("simulated", False)
+        label = f"{hardware.split(' (')[0]} ({CHAIN_CLOCK[on_gpus]})"
+        measurements["chain"] = chain_measurement(
+            chain["results"], label, chain["config"]["feature_map_mb"]
+        )
+    repeat = records.read_json("chapters-repeat.json", machine) or {"measurements": {}}
     return Recorded(
         machine=machine,
-        hardware=chapters.get("hardware") or meta.get("hardware", {}).get("label", "") + clock,
-        measurements={k: Measurement.from_dict(v) for k, v in chapters["measurements"].items()},
+        hardware=hardware,
+        measurements=measurements,
         timelines={k: Timeline.from_dict(v) for k, v in chapters["timelines"].items()},
         bench=bench,
-        chain_bench=records.read_json("chain_bench.json", machine),
+        chain_bench=chain,
         date=chapters.get("date") or meta.get("date", ""),
         source=str(folder),
-        repeat={
-            k: Measurement.from_dict(v)
-            for k, v in (records.read_json("chapters-repeat.json", machine) or {})
-            .get("measurements", {})
-            .items()
-        },
+        repeat={k: Measurement.from_dict(v) for k, v in repeat["measurements"].items()},
     )

@@ -3,13 +3,13 @@
 Every runner calls the very same jobs (``with torch.cuda.device(i): replica(piece)``):
 
 * `run_fresh_threads`: a new ``threading.Thread`` per replica per step, as
-  ``torch.nn.parallel.parallel_apply`` does;
+  ``torch.nn.parallel.parallel_apply`` does (which, like it, calls a lone job directly);
 * `PersistentThreads`: one thread per device for the whole run (a single-worker
   ``ThreadPoolExecutor`` each), as ``learn_parallel`` does;
 * `run_in_caller`: every forward in turn in the calling thread, a control.
 
-The performance chapter shows them; ``python -m experiments.persistent_workers``
-times a training step with each (``persistent_workers.json``).
+The performance chapter shows them and the training step it timed with each, recorded
+on GPUs (``persistent_workers.json``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,9 @@ def job_of(replica: nn.Module, piece: torch.Tensor, device: Device) -> Job:
 
 
 def run_fresh_threads(jobs: Sequence[Job]) -> list[Any]:
-    """A new thread per job, started and joined on every call."""
+    """A new thread per job, started and joined on every call (one job: no thread)."""
+    if len(jobs) == 1:
+        return [jobs[0]()]
     results: list[Any] = [None] * len(jobs)
 
     def run(i: int) -> None:

@@ -1,8 +1,8 @@
 """Plots of recorded timelines and benchmark results (matplotlib, safe without a display).
 
-Every function takes plain data (a `Timeline`, or benchmark result rows as
-dicts, exactly as they sit in the JSON file), returns the matplotlib Figure,
-and puts the hardware that made the numbers in the title.
+Every function takes plain data (a `Timeline`, or benchmark result rows as dicts, exactly
+as they sit in the JSON file), returns the matplotlib Figure, and puts the hardware that
+made the numbers in the title. The chapters draw them beside the runs recorded on GPUs.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from learn_parallel.lab.measure import Measurement
-from learn_parallel.lab.timing import PHASES, Hardware, Timeline
+from learn_parallel.lab.timing import PHASES, Timeline
 
 PHASE_COLORS = {
     "scatter": "#4C72B0",
@@ -58,11 +58,16 @@ def _phases_in(timeline: Timeline) -> list[str]:
 def _clock_note(timeline: Timeline) -> str:
     if timeline.hardware.device_type == "cuda":
         return "GPU rows: CUDA events; host row: when Python issued the work"
-    note = "host clock (simulated devices share the CPU)"
     if any(r.phase == "replica backward" for r in timeline.records):
         # CPU autograd runs every replica's backward in the calling thread, in turn.
-        note += ";\nbackward: CPU autograd runs all replicas in one thread, so rows show one span"
-    return note
+        return "host clock; one autograd thread runs every replica's backward"
+    return "host clock (simulated devices share the CPU)"
+
+
+def figure_height(rows: int, legend_entries: int = 0) -> float:
+    """Inches for a plot of ``rows`` bars beside a legend of ``legend_entries`` lines, with a
+    two-line title: tall enough that neither the rows nor the legend are squeezed."""
+    return max(1.5 + 0.5 * rows, 1.1 + 0.26 * legend_entries)
 
 
 def plot_timeline(
@@ -70,7 +75,7 @@ def plot_timeline(
 ) -> Figure:
     """One row per device, one coloured bar per phase, for one step (default: the last).
 
-    ``title`` says what ran; a second line always names the hardware and clock.
+    ``title`` (one line) says what ran; a second line names the hardware and clock.
     """
     step = timeline.steps()[-1] if step is None else step
     records = [r for r in timeline.records if r.step == step]
@@ -78,8 +83,10 @@ def plot_timeline(
         raise ValueError(f"No records for step {step}; recorded steps: {timeline.steps()}.")
     origin = min(r.start_ms for r in records)
     rows = [d for d in timeline.devices() if any(r.device == d for r in records)]
+    phases = _phases_in(timeline)
     if ax is None:
-        fig, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * len(rows)), layout="constrained")
+        height = figure_height(len(rows), len(phases))
+        _, ax = plt.subplots(figsize=(10, height), layout="constrained")
     fig = ax.figure
     # Longest first, so phases nested in another (backward's parts) are drawn on top.
     records = sorted(records, key=lambda r: -r.duration_ms)
@@ -90,15 +97,14 @@ def plot_timeline(
                     y, r.duration_ms, left=r.start_ms - origin, height=0.6, color=_color(r.phase)
                 )
     ax.set_yticks(range(len(rows)), rows)
-    ax.invert_yaxis()  # first device on top
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # first device on top, half a bar of room around
     ax.set_xlabel("time since the step began (ms)")
     ax.grid(axis="x", alpha=0.3)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=_color(p)) for p in _phases_in(timeline)]
-    ax.legend(
-        handles, _phases_in(timeline), loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False
-    )
+    handles = [plt.Rectangle((0, 0), 1, 1, color=_color(p)) for p in phases]
+    ax.legend(handles, phases, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     hw = timeline.hardware.label()
-    ax.set_title(f"{title or 'One training step, per device'}\n{hw}; {_clock_note(timeline)}")
+    what = title or "One training step, per device"
+    ax.set_title(f"{what}\n{hw}; {_clock_note(timeline)}", fontsize=10)
     return fig
 
 
@@ -123,7 +129,8 @@ def plot_phase_breakdown(
     rows = [d for d in timeline.devices() if d in totals]
     phases = _phases_in(timeline)
     if ax is None:
-        fig, ax = plt.subplots(figsize=(10, 1.2 + 0.55 * len(rows)), layout="constrained")
+        height = figure_height(len(rows), len(phases))
+        _, ax = plt.subplots(figsize=(10, height), layout="constrained")
     fig = ax.figure
     left = [0.0] * len(rows)
     for p in phases:
@@ -133,20 +140,16 @@ def plot_phase_breakdown(
     for y, total in enumerate(left):
         ax.text(total, y, f" {total:.1f} ms", va="center", fontsize=9)
     ax.set_yticks(range(len(rows)), rows)
-    ax.invert_yaxis()
+    ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlim(0, max(left, default=1) * 1.15 or 1)
     ax.set_xlabel("mean time per step (ms)")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     n = len(timeline.steps() if steps is None else steps)
-    hw = timeline.hardware.label()
     what = title or "Where each device's time goes"
-    ax.set_title(f"{what}\nmean of {n} step{'s' if n != 1 else ''}, {hw}")
+    hw = f"{timeline.hardware.label()}; {_clock_note(timeline)}"
+    ax.set_title(f"{what}\nmean of {n} step{'s' if n != 1 else ''}, {hw}", fontsize=10)
     return fig
-
-
-def _hardware_label(hardware: Hardware | str, count: int | None = None) -> str:
-    return hardware if isinstance(hardware, str) else hardware.label(count)
 
 
 def _ok(results: Sequence[Result]) -> list[Result]:
@@ -162,7 +165,7 @@ def _by_implementation(results: Sequence[Result]) -> dict[str, list[Result]]:
 
 
 def plot_scaling(
-    results: Sequence[Result], hardware: Hardware | str, title: str = "", ax: Any = None
+    results: Sequence[Result], hardware: str, title: str = "", ax: Any = None
 ) -> Figure:
     """Throughput (samples/s) against device count, with ideal linear scaling.
 
@@ -194,13 +197,12 @@ def plot_scaling(
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    hw = _hardware_label(hardware, max(counts))
-    ax.set_title(f"{title + ': ' if title else ''}throughput vs devices\n({hw})")
+    ax.set_title(f"{title + ': ' if title else ''}throughput vs devices\n({hardware})")
     return fig
 
 
 def plot_implementations(
-    results: Sequence[Result], hardware: Hardware | str, title: str = "", ax: Any = None
+    results: Sequence[Result], hardware: str, title: str = "", ax: Any = None
 ) -> Figure:
     """Step time per implementation, grouped by device count; missing ones are marked."""
     if ax is None:
@@ -210,30 +212,16 @@ def plot_implementations(
     impls = [i for i in _by_implementation(results) if i != "single"]
     width = 0.8 / max(len(impls), 1)
     tallest = max((r["step_ms"] for r in _ok(results)), default=1.0)
+    rows = {(r["implementation"], r["devices"]): r for r in results}
+    small = {"ha": "center", "va": "bottom", "fontsize": 8}
     for k, impl in enumerate(impls):
         for n_index, n in enumerate(counts):
-            row = next(
-                (r for r in results if r["implementation"] == impl and r["devices"] == n), None
-            )
-            x = n_index - 0.4 + width * (k + 0.5)
-            if row is None:
-                continue
-            if row.get("status") == "ok":
+            row, x = rows.get((impl, n)), n_index - 0.4 + width * (k + 0.5)
+            if row is not None and row.get("status") == "ok":
                 ax.bar(x, row["step_ms"], width, color=IMPLEMENTATION_COLORS.get(impl))
-                ax.text(
-                    x, row["step_ms"], f"{row['step_ms']:.3g}", ha="center", va="bottom", fontsize=8
-                )
-            else:
-                ax.text(
-                    x,
-                    tallest * 0.02,
-                    "n/a" if row.get("status") == "not applicable" else "failed",
-                    ha="center",
-                    va="bottom",
-                    fontsize=8,
-                    rotation=90,
-                    color="#555555",
-                )
+                ax.text(x, row["step_ms"], f"{row['step_ms']:.3g}", **small)
+            elif row is not None:  # a failed run is marked where its bar would be
+                ax.text(x, tallest * 0.02, row["status"], rotation=90, color="#555555", **small)
     handles = [plt.Rectangle((0, 0), 1, 1, color=IMPLEMENTATION_COLORS.get(i)) for i in impls]
     measured = {r["implementation"] for r in _ok(results)}
     labels = [
@@ -252,8 +240,7 @@ def plot_implementations(
     ax.legend(
         handles, labels, fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False
     )
-    hw = _hardware_label(hardware, max(counts, default=1))
-    ax.set_title(f"{title + ': ' if title else ''}step time per implementation\n({hw})")
+    ax.set_title(f"{title + ': ' if title else ''}step time per implementation\n({hardware})")
     return fig
 
 

@@ -31,12 +31,21 @@ import torch.multiprocessing as mp
 from learn_parallel.devices import synchronize, to_device
 from learn_parallel.lab.timing import step_times_ms
 
-# NVLink SHARP / multicast stays off wherever NCCL runs (the lent GPU machines lack it).
+# NVLink multicast (NVLS) stays off wherever NCCL runs: on shared, virtualised GPU machines
+# (the ones the book's runs were recorded on) a program that uses it can take the host's GPUs
+# out of service, and neither DataParallel nor DDP needs it.
 NCCL_ENV = {
     "NCCL_NVLS_ENABLE": "0",
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
     "NVSHMEM_DISABLE_NVLS": "1",
 }
+
+
+def use_nccl_settings() -> None:
+    """Put `NCCL_ENV` into this process's environment (values already set win), before NCCL
+    starts: in every rank, and where DataParallel broadcasts over GPUs (NCCL too)."""
+    for name, value in NCCL_ENV.items():
+        os.environ.setdefault(name, value)
 
 
 def free_port() -> int:
@@ -90,8 +99,7 @@ def _entry(
 ) -> None:
     """What each spawned process runs: join the group, call ``fn``, save its result."""
     started = time.time()
-    for name, value in NCCL_ENV.items():
-        os.environ.setdefault(name, value)
+    use_nccl_settings()
     torch.set_num_threads(threads)
     result_path = Path(folder) / f"rank{rank}.pt"
     try:
@@ -150,14 +158,14 @@ def run_ranks(
     threads = threads or max(1, (os.cpu_count() or 1) // world_size)
     called = time.time()
     with tempfile.TemporaryDirectory() as folder:
+        entry_args = (fn, world_size, free_port(), backend, group_timeout_s, tuple(args))
         context = mp.start_processes(
             _entry,
-            args=(fn, world_size, free_port(), backend, group_timeout_s, tuple(args), folder,
-                  threads),
+            args=(*entry_args, folder, threads),
             nprocs=world_size,
             join=False,
             start_method="spawn",
-        )  # fmt: skip
+        )
         deadline = time.monotonic() + timeout_s
         try:
             while not context.join(timeout=0.5):
@@ -166,9 +174,7 @@ def run_ranks(
                         f"{world_size} ranks did not finish within {timeout_s:.0f} s "
                         "(timeout_s); they were stopped."
                     )
-        except mp.ProcessRaisedException as error:
-            raise RankFailed(_failures(_all(folder, world_size)) or str(error)) from None
-        except mp.ProcessExitedException as error:
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as error:
             raise RankFailed(_failures(_all(folder, world_size)) or str(error)) from None
         finally:
             for process in context.processes:

@@ -3,9 +3,8 @@
 The runs recorded on GPU machines ship inside the package, one folder per machine
 (``learn_parallel/lab/recorded/<machine>``, found through ``importlib.resources`` so a
 wheel finds them too); ``$LEARN_PARALLEL_DATA`` names another folder of machines
-instead (a run just recorded elsewhere). ``book/data/record_gpu_runs.sh`` writes each
-part either straight into a machine's folder or into a subfolder named after the part
-(``ladder/ladder.json``): `recorded_file` looks at both.
+instead (a run just recorded elsewhere). A part may sit straight in a machine's folder
+or in a subfolder named after it (``ladder/ladder.json``): `recorded_file` looks at both.
 """
 
 from __future__ import annotations

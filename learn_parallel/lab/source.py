@@ -22,11 +22,6 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
-from learn_parallel.lab.tracebacks import relative_traceback_paths, short_path
-
-# A chapter that shows source also shows errors: name files in them the way imports do.
-relative_traceback_paths()
-
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # .../learn_parallel
 
 
@@ -67,12 +62,11 @@ class Source:
 
 
 def _relative(path: Path) -> str:
-    """``learn_parallel/...`` for the package's files (checkout or installed); other files
-    relative to their import root (``torch/...``), as in tracebacks."""
+    """``learn_parallel/...`` for the package's files, in a checkout or installed."""
     try:
         return str(path.resolve().relative_to(PACKAGE_ROOT.parent))
     except ValueError:
-        return short_path(path)
+        return str(path)
 
 
 def resolve(name: str) -> Any:

@@ -1,33 +1,22 @@
 """Per-device, per-phase timing of a DataParallel step (off unless switched on).
 
-The core modules mark their phases with ``with phase(name, device):``
-(`learn_parallel.phases`). A `Recorder` that is switched on listens to them;
-while none is, each mark is one global lookup and nothing else.
-
-Switch a recorder on around a few training steps and mark the phases that
-happen outside ``DataParallel.forward`` yourself::
+The core marks its phases with ``with phase(name, device):`` (`learn_parallel.phases`);
+a switched-on `Recorder` listens, and the training loop marks the rest itself::
 
     with Recorder(devices=dp.devices) as rec:
         for _ in rec.steps(3):
             loss = loss_fn(dp(x), y)           # scatter, replicate, forward, gather
             with rec.phase("backward"):
                 loss.backward()
-            with rec.phase("optimizer"):
-                opt.step()
-                opt.zero_grad()
     timeline = rec.timeline()                  # plain data, JSON-ready
 
-Clocks: on GPUs every mark is a CUDA event recorded on the device's current
-stream, so nothing inside a step is synchronised (`Recorder.steps` waits for
-the devices *between* steps, as the timed steps do); the events are turned into
-milliseconds only when `Recorder.timeline` is called (after one synchronize).
-Simulated devices use the host clock (`time.perf_counter`). Either way, times
-are milliseconds since the recorder was switched on.
+On GPUs every mark is a CUDA event on the device's current stream, turned into
+milliseconds only by `Recorder.timeline`; simulated devices use the host clock. The
+data_parallel and performance chapters plot what it records.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import threading
@@ -35,7 +24,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -84,10 +72,7 @@ class PhaseRecord:
 
 @dataclass
 class Hardware:
-    """What made the numbers: printed in every plot title and stored with the data.
-
-    The one description of the hardware that every tool in the lab writes and plots.
-    """
+    """What made the numbers: the one description every plot title and recording carries."""
 
     device_type: str  # "cuda" or "sim"
     device_count: int
@@ -103,18 +88,23 @@ class Hardware:
         """What timed the per-device numbers: CUDA events on GPUs, the host clock otherwise."""
         return "CUDA events" if self.device_type == "cuda" else "host clock"
 
-    def label(self, count: int | None = None, clock: bool = False) -> str:
-        """``"4 x NVIDIA H200"`` or ``"4 simulated CPU devices"`` (``count`` overrides N).
+    def label(self, count: int | None = None, clock: bool | str = False) -> str:
+        """The one name of the hardware every plot and table carries: ``"4 x NVIDIA H200"``,
+        ``"4 simulated CPU devices"`` or, for gloo ranks, ``"2 CPU processes on 2 cores"``.
 
-        ``clock=True`` adds the clock: ``"4 x NVIDIA H200 (CUDA events)"``.
+        ``count`` overrides N (a run that used fewer devices than the machine has);
+        ``clock=True`` adds what timed it (``"(CUDA events)"``), a string adds that text.
         """
         n = self.device_count if count is None else count
-        if self.device_type != "cuda":
-            text = f"{n} simulated CPU device{'s' if n != 1 else ''}"
-        else:
+        if self.device_type == "cuda":
             names = sorted(set(self.device_names[:n])) or ["GPU"]
             text = f"{n} x {names[0]}" if len(names) == 1 else " + ".join(self.device_names[:n])
-        return f"{text} ({self.clock})" if clock else text
+        elif self.device_type == "cpu":
+            text = f"{n} CPU process{'es' if n != 1 else ''} on {self.cpu_count} cores"
+        else:
+            text = f"{n} simulated CPU device{'s' if n != 1 else ''}"
+        said = self.clock if clock is True else clock
+        return f"{text} ({said})" if said else text
 
     def to_dict(self) -> dict[str, Any]:
         """The fields, plus the label and whether the devices were simulated (for readers)."""
@@ -129,23 +119,10 @@ class Hardware:
 def describe_hardware(devices: Sequence[Device] | None = None) -> Hardware:
     """The hardware of ``devices`` (default: every device DataParallel could use here)."""
     kind = device_type()
-    if devices is None:
-        count = device_count()
-        indices = list(range(count))
-    else:
-        count = len(devices)
-        indices = [d.index for d in devices]
-    names = (
-        [torch.cuda.get_device_name(i) for i in indices]
-        if kind == "cuda"
-        else ["simulated CPU device"] * count
-    )
-    return Hardware(kind, count, names, torch.__version__, torch.version.cuda)
-
-
-def hardware_label(devices: Sequence[Device]) -> str:
-    """The label every plot carries: what ran, and which clock timed it."""
-    return describe_hardware(list(devices)).label(clock=True)
+    indices = list(range(device_count())) if devices is None else [d.index for d in devices]
+    gpu = torch.cuda.get_device_name
+    names = [gpu(i) if kind == "cuda" else "simulated CPU device" for i in indices]
+    return Hardware(kind, len(indices), names, torch.__version__, torch.version.cuda)
 
 
 @dataclass
@@ -186,13 +163,6 @@ class Timeline:
             clocks=dict(data["clocks"]),
         )
 
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
-
-    @classmethod
-    def load(cls, path: str | Path) -> Timeline:
-        return cls.from_dict(json.loads(Path(path).read_text()))
-
 
 class _Mark:
     """A point in time: a host clock reading, or a CUDA event to be resolved later."""
@@ -212,30 +182,17 @@ class _Mark:
 class Recorder:
     """Collects the start and end of every phase on every device, step by step.
 
-    ``devices`` are the rows that phases without a device of their own
-    (scatter, replicate, gather, and the training loop's loss, backward and
-    optimizer step) are recorded on; default: every device of this machine.
-    On GPUs such a phase gets an event pair on each of those devices' current
-    streams (when each GPU reached that point of its queue) and, with
-    ``host_row``, a host-clock bar (when Python issued it). On simulated
-    devices every row runs on the host clock, so the host row is off by default.
-
-    Backward: the training loop's ``backward`` phase spans all of
-    ``loss.backward()``. Inside it, the core marks the backward of gather
-    (``grad scatter``: the output's gradient split back to the devices) and the
-    backward of replicate (``reduce``: every replica's parameter gradients
-    summed onto the source device), both from autograd's own threads. Between
-    the two, each device runs its replica's backward: `timeline` adds that span
-    per device as ``replica backward`` (end of its ``grad scatter`` to start of
-    its ``reduce``). On GPUs each bar is that device's own: an event completes
-    only when the work queued before it on that device's stream has finished.
-    On simulated devices CPU autograd runs every replica's backward one after
-    another in the calling thread, so every row shows the same span.
-
-    One process of many (a DDP rank), on its one device: ``row="rank:1"`` names
-    that device's row (the CPU too, for a gloo rank), and ``origin_s=0.0`` keeps
-    times on ``time.perf_counter``'s own scale, which every process of a machine
-    shares, so the ranks' rows line up.
+    ``devices`` are the rows that phases of no single device (scatter, replicate, gather,
+    and the loop's loss, backward and optimizer step) are recorded on; default: every
+    device here. On GPUs such a phase gets an event pair on each device's current stream
+    and, with ``host_row``, a host-clock bar (when Python issued it); simulated devices all
+    run on the host clock, so their host row is off by default. Inside ``backward`` the
+    core marks ``grad scatter`` (gather's backward) and ``reduce`` (replicate's backward);
+    `timeline` adds each device's ``replica backward`` between the two. On simulated
+    devices CPU autograd runs every replica's backward in the calling thread, so every
+    row shows the same span. One process of many (a DDP rank): ``row="rank:1"`` names its
+    one device's row and ``origin_s=0.0`` keeps ``time.perf_counter``'s own scale, which
+    every process of a machine shares, so the ranks' rows line up.
     """
 
     def __init__(
@@ -418,14 +375,11 @@ def replica_backward(records: Sequence[PhaseRecord]) -> list[PhaseRecord]:
 def step_spans(timeline: Timeline) -> list[dict[str, Any]]:
     """Per step, the raw numbers that say whether a timeline is self-consistent (ms).
 
-    ``span``: first start to last end over every row (what a timeline plot of
-    the step shows); ``device_span``: the same over the device rows only;
-    ``device_lag``: how long after the host row began the first device row
-    began; ``previous_device_end``: when the devices finished the step before.
-    A device lag close to ``first_device_start - previous_device_end`` == 0
-    means the devices were still busy with the previous step (host ran ahead),
-    not that the clocks disagree.
-    """
+    ``span``: first start to last end over every row (what a plot of the step shows);
+    ``device_span``: the same over the device rows; ``device_lag``: from the host row's
+    start to the first device row's; ``previous_device_end``: when the devices finished
+    the step before (a lag with ``first_device_start - previous_device_end`` near 0 means
+    the devices were still busy: the host ran ahead, the clocks agree)."""
     rows = []
     previous_end = None
     for step in timeline.steps():

@@ -17,12 +17,13 @@ from torch import nn
 import learn_parallel as lp
 
 PLAN = "from learn_parallel.lab.chapter import PLAN, GPU, HARDWARE\nprint(PLAN.summary())\n"
+THREADS = "import torch\nassert torch.get_num_threads() == 1, torch.get_num_threads()\n"
 
 
 def plan_output(**env: str) -> str:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LEARN_PARALLEL_")}
     done = subprocess.run(
-        [sys.executable, "-c", PLAN + "print(HARDWARE, GPU)"],
+        [sys.executable, "-c", PLAN + "print(HARDWARE, GPU)\n" + THREADS],
         capture_output=True,
         text=True,
         timeout=300,
@@ -38,9 +39,12 @@ def test_without_gpus_the_chapters_use_the_simulated_devices_asked_for(count):
     out = plan_output(**({"LEARN_PARALLEL_SIMULATED_DEVICES": count} if count else {}))
     n = int(count or 4)
     names = ", ".join(f"sim:{i} (simulated on the CPU)" for i in range(n))
+    cores = os.cpu_count()
     assert out.splitlines() == [
         f"{n} devices: {names}",
         "Simulated devices, as this machine has no GPU.",
+        "CPU timings: one thread per simulated device and for the one-device baseline "
+        f"(torch.set_num_threads(1)); this machine has {cores} core{'s' if cores != 1 else ''}.",
         f"{n} simulated CPU devices (host clock) None",
     ]
 

@@ -2,11 +2,13 @@
 
 * ``classroom.files``: a clone uses its own ``book/`` and track tests; an installed wheel
   its shipped copies; with neither, one sentence says what to fetch.
-* tracebacks in a notebook name files as imports do (``learn_parallel/...``, ``torch/...``),
-  never the machine's absolute paths.
+* tracebacks in the book build's executed chapters name files as imports do
+  (``learn_parallel/...``, ``torch/...``), never the machine's absolute paths
+  (``book/_ext/short_tracebacks.py``, loaded into every kernel the build starts).
 * the ladder plot labels every bar, and says so when a run has no DDP rung.
 """
 
+import os
 import re
 from pathlib import Path
 
@@ -59,28 +61,57 @@ def test_setup_py_ships_the_chapters_without_outputs():
         assert (ROOT / name).is_file(), name
 
 
+def _short_tracebacks():
+    """The book build's extension (book/_ext/short_tracebacks.py), imported from its file."""
+    import importlib.util
+
+    path = ROOT / "book" / "_ext" / "short_tracebacks.py"
+    spec = importlib.util.spec_from_file_location("short_tracebacks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_tracebacks_name_files_as_imports_do(capsys):
     import torch
     from IPython.core.interactiveshell import InteractiveShell
 
-    from learn_parallel.lab.tracebacks import relative_traceback_paths, short_path
-
-    assert short_path(Path(torch.__file__)) == "torch/__init__.py"
-    assert short_path(ROOT / "learn_parallel" / "replicate.py") == "learn_parallel/replicate.py"
-    assert short_path("/nowhere/else.py") == "/nowhere/else.py"
+    tracebacks = _short_tracebacks()
+    assert tracebacks.short_path(Path(torch.__file__)) == "torch/__init__.py"
+    replicate = ROOT / "learn_parallel" / "replicate.py"
+    assert tracebacks.short_path(replicate) == "learn_parallel/replicate.py"
+    assert tracebacks.short_path("/nowhere/else.py") == "/nowhere/else.py"
     shell = InteractiveShell.instance()
     try:
         shell.run_cell("import torch, learn_parallel as lp")
         assert shell.run_cell("lp.scatter(torch.ones(2), [0, 9])").error_in_exec is not None
         before = capsys.readouterr().out
-        assert relative_traceback_paths(shell) and relative_traceback_paths(shell)  # idempotent
+        tracebacks.load_ipython_extension(shell)
+        tracebacks.load_ipython_extension(shell)  # a second load changes nothing
         shell.run_cell("lp.scatter(torch.ones(2), [0, 9])")
         after = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
     finally:
         InteractiveShell.clear_instance()
-    assert str(ROOT) in before  # without the hook IPython prints where the file is
+    assert str(ROOT) in before  # without the extension IPython prints where the file is
     assert str(ROOT) not in after and "site-packages" not in after
     assert "File learn_parallel/" in after
+
+
+def test_the_book_build_starts_every_kernel_with_short_tracebacks(monkeypatch):
+    """The Sphinx side: every kernel nbclient starts gets the extension, and finds it."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    trait = NotebookClient.class_traits()["extra_arguments"]
+    monkeypatch.setattr(trait, "default_value", trait.default_value)  # undone after the test
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    tracebacks = _short_tracebacks()
+    tracebacks.setup(app=None)
+    client = NotebookClient(nbformat.v4.new_notebook())
+    assert client.extra_arguments == ["--InteractiveShellApp.extensions=short_tracebacks"]
+    ext = str(ROOT / "book" / "_ext")
+    assert os.environ["PYTHONPATH"].split(os.pathsep) == [ext, "/elsewhere"]
+    assert "short_tracebacks" in (ROOT / "_config.yml").read_text()
 
 
 def test_the_ladder_plot_labels_every_bar_and_names_its_reference():

@@ -14,8 +14,8 @@
 * ``test_the_wheel_runs_the_teachers_guide_*``: from that wheel the teacher's guide runs
   (handouts, grading, the track, from the chapters the wheel carries), and ``track OUT``
   writes the task tests.
-* ``test_missing_recordings_*``: without the recorded runs a chapter says so once and runs
-  everything it measures live; the cells that read the recording are skipped, not broken.
+* ``test_missing_recordings_*``: without the recorded runs (a broken install) a chapter's
+  setup cell fails with one error that says how to fix it.
 * ``test_launch_links_*``: every Colab/launch link of the built site names a notebook that
   exists in the repository; the repository URL is written the same way everywhere.
 """
@@ -189,7 +189,7 @@ def test_plain_nbconvert_shows_no_solution_code_without_a_click(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_stored_outputs_name_no_path_of_the_build_machine(path):
     """Tracebacks and printed paths say ``learn_parallel/replicate.py`` or ``torch/...``,
-    not where the book was executed (``learn_parallel.lab.tracebacks``)."""
+    not where the book was executed (``book/_ext/short_tracebacks.py``)."""
     nb, _ = _plain_html(path)
     found = {
         match
@@ -218,63 +218,23 @@ def test_show_source_wraps_long_lines_and_names_the_file():
 # -- the recorded runs missing ------------------------------------------------------------
 
 
-def test_missing_recordings_skip_only_the_cells_that_need_them(capsys):
-    from IPython.core.interactiveshell import InteractiveShell
-
-    from learn_parallel.lab.notebook import skip_cells_that_use
-
-    shell = InteractiveShell.instance()
-    try:
-        shell.run_cell("RECORDED = None; live = 1")
-        skip_cells_that_use(["RECORDED"], attributes=["load_recorded"], reason="gone")
-        cells = [
-            "x = RECORDED.measurement('a'); ran_1 = True",  # reads the recording: skipped
-            "y = x + 1; ran_2 = True",  # uses what a skipped cell made: skipped
-            "z = live + 1; ran_3 = True",  # measured here: runs
-            "x = 5; ran_4 = True",  # binds x itself: runs, and x is no longer missing
-            "w = x * 2; ran_5 = True",
-            "other = measure.load_recorded('h200-x2'); ran_6 = True",
-        ]
-        for cell in cells:
-            assert shell.run_cell(cell).success, cell
-        ran = {k for k in shell.user_ns if k.startswith("ran_")}
-        assert ran == {"ran_3", "ran_4", "ran_5"}
-        assert shell.user_ns["w"] == 10
-    finally:
-        shell.ast_transformers.clear()
-        InteractiveShell.clear_instance()
-    out = capsys.readouterr().out
-    assert out.count("gone") == 1 and "everything measured on this machine still runs" in out
-
-
-def test_missing_recordings_leave_a_chapter_running(tmp_path):
-    """The performance chapter reads the recording in most cells: one message, no error."""
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(BOOK / "performance.ipynb", as_version=4)
+def test_missing_recordings_fail_the_chapter_setup_loudly(tmp_path):
+    """An install without the recorded runs (they ship with the package) stops at the setup
+    cell with one error that says how to fix it, instead of half a chapter."""
     empty = tmp_path / "no-recordings"
     empty.mkdir()
     env = _simulated_env(LEARN_PARALLEL_DATA=str(empty), PYTHONPATH=str(ROOT))
-    client = NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(BOOK)}})
-    client.reset_execution_trackers()
-    with client.setup_kernel(env=env):
-        for index, cell in enumerate(nb.cells):
-            client.execute_cell(cell, index)  # raises on any error not tagged raises-exception
-
-    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
-    texts = [o.get("text", "") for o in outputs if o.output_type == "stream"]
-    assert sum(t.count(MISSING) for t in texts) == 1
-    errors = [
-        c.source[:60]
-        for c in nb.cells
-        if any(o.output_type == "error" for o in c.get("outputs", []))
-        and "raises-exception" not in c.metadata.get("tags", [])
-    ]
-    assert not errors
-    live = next(c for c in nb.cells if c.source.startswith("show(measure.worker_overhead"))
-    assert any("image/png" in o.get("data", {}) for o in live.outputs)  # the live plot
-    recorded = next(c for c in nb.cells if 'RECORDED.bench["meta"]' in c.source)
-    assert recorded.outputs == []  # skipped, quietly
+    done = subprocess.run(
+        [sys.executable, "-c", "from learn_parallel.lab.chapter import *"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"FileNotFoundError: {MISSING}: {empty / 'h200-x4'} holds neither")
+    assert "reinstall it, or set LEARN_PARALLEL_DATA" in last
 
 
 # -- the installed wheel, offline -------------------------------------------------------------

@@ -23,8 +23,9 @@ def test_demo_shows_the_split_on_simulated_devices():
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "A batch of 10 rows was split into 4 pieces (after one warm-up step):" in out
-    for rows, device in [("0-2", 0), ("3-5", 1), ("6-8", 2), ("9-9", 3)]:
-        assert f"rows   {rows:<5} -> learn_parallel worker sim:{device}" in out
+    for rows, device in [("rows   0-2  ", 0), ("rows   3-5  ", 1), ("rows   6-8  ", 2)]:
+        assert f"{rows} -> learn_parallel worker sim:{device}" in out
+    assert "  row    9     -> learn_parallel worker sim:3" in out  # one row: no "9-9"
     assert "equal to one device: True" in out
     assert "simulated on the CPU" in out
 

@@ -37,8 +37,8 @@ def test_record_part_writes_timelines_that_show_every_bucket(tmp_path, monkeypat
             assert min(r.start_ms for r in reduces) < backward.end_ms
         # One clock for both processes: the ranks' step 1 overlap (they meet in every
         # all-reduce), which two clocks started at each process's own time would not show.
-        a, b = (next(r for r in timeline.records if (r.device, r.phase, r.step) ==
-                     (f"rank:{rank}", "step", 1)) for rank in (0, 1))  # fmt: skip
+        steps = {(r.device, r.phase, r.step): r for r in timeline.records}
+        a, b = (steps[f"rank:{rank}", "step", 1] for rank in (0, 1))
         assert a.start_ms < b.end_ms and b.start_ms < a.end_ms, (a, b)
         assert ddp_timeline.dp_timeline(report, key).records
     monkeypatch.setenv("LEARN_PARALLEL_DATA", str(tmp_path / "data"))

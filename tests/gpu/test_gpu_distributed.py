@@ -14,14 +14,12 @@ so a broken rank fails the test instead of hanging it.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
+from _torch_agreement import suite_with_torch
 
-from learn_parallel.lab import ddp_checks
 from learn_parallel.lab.ddp_checks import reference_training
-from learn_parallel.lab.processes import NCCL_ENV, run_ranks
+from learn_parallel.lab.processes import run_ranks
 
 pytestmark = pytest.mark.gpu
 
@@ -34,18 +32,15 @@ TASKS = [
     ("ring", {"numel": 1}),
     ("no_sync", {}),
     ("errors", {}),
-    ("torch", {}),
 ]
 
 
 @pytest.fixture(scope="module")
 def results():
-    for name, value in NCCL_ENV.items():
-        os.environ.setdefault(name, value)
+    # run_ranks puts the NCCL settings into every rank's environment itself.
     return run_ranks(
-        ddp_checks.suite_worker, 2, args=(TASKS,), backend="nccl", timeout_s=80,
-        group_timeout_s=40,
-    )  # fmt: skip
+        suite_with_torch, 2, args=(TASKS,), backend="nccl", timeout_s=80, group_timeout_s=40
+    )
 
 
 def _close(a: dict, b: dict, tol: dict) -> None:
@@ -100,12 +95,12 @@ def test_refusals_on_gpus(results):
 @pytest.mark.parametrize("model", ["mlp", "cnn"])
 def test_agrees_with_torch_distributed_data_parallel(results, model):
     for result in results:
-        ours, theirs = result["torch:6"][f"{model}:ours"], result["torch:6"][f"{model}:torch"]
+        ours, theirs = result["torch"][f"{model}:ours"], result["torch"][f"{model}:torch"]
         for step in range(3):
             torch.testing.assert_close(ours["outputs"][step], theirs["outputs"][step], **TOL32)
             _close(ours["grads"][step], theirs["grads"][step], TOL32)
         _close(ours["params"], theirs["params"], TOL32)
         _close(ours["buffers"], theirs["buffers"], TOL32)
     # And the ranks hold the same parameters after training (the point of DDP).
-    _close(results[0]["torch:6"][f"{model}:ours"]["params"],
-           results[1]["torch:6"][f"{model}:ours"]["params"], TOL64)  # fmt: skip
+    first, second = (r["torch"][f"{model}:ours"]["params"] for r in results)
+    _close(first, second, TOL64)

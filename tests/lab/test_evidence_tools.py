@@ -5,8 +5,8 @@ Chrome trace holds them; backward is split per device (grad scatter, replica
 backward, reduce) in the right order; `step_spans` reads a timeline's raw
 numbers; the fresh/persistent/caller runners give the same outputs and only
 the persistent one reuses its threads; torch's real gather returns a ``map``
-object's text for strings and raises for ints and dataclasses; bench writes a
-trace with ``--trace``; a missing recording is one message, not an error.
+object's text for strings and raises for ints and dataclasses; the benchmark
+writes a trace when asked; a missing recording is one message, not an error.
 """
 
 import json
@@ -124,11 +124,16 @@ def test_torch_gather_on_strings_ints_and_dataclasses():
     assert cases["dataclass holding a tensor"]["learn_parallel"]["returned"] == "Prediction"
 
 
-def test_bench_writes_a_trace_with_the_trace_option(tmp_path):
-    argv = ["--quick", "--workloads", "mlp", "--implementations", "learn_parallel"]
-    argv += ["--devices", "1,2", "--no-plots", "--no-progress", "--timeline-steps", "0"]
-    argv += ["--out", str(tmp_path), "--trace", str(tmp_path / "trace.json")]
-    report = bench.run(bench.settings_from_args(bench.build_parser().parse_args(argv)))
+def test_bench_writes_a_trace_when_asked(tmp_path):
+    settings = bench.settings(
+        quick=True,
+        workloads=["mlp"],
+        implementations=["learn_parallel"],
+        devices=[1, 2],
+        timeline_steps=0,
+        trace=tmp_path / "trace.json",
+    )
+    report = bench.run(settings)
     (row,) = [r for r in report["results"] if r["devices"] == 2]
     assert row["trace"] == "trace-mlp-learn_parallel-2.json"
     events = json.loads((tmp_path / row["trace"]).read_text())["traceEvents"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from torch import nn
 from experiments import measure as driver
 from learn_parallel.devices import Device
 from learn_parallel.lab import measure
+from learn_parallel.lab.persistent_workers import run_fresh_threads
 from learn_parallel.lab.plots import plot_measurement
 from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.replicate import replicate
@@ -65,16 +67,21 @@ def test_timelines_hold_the_phases_of_their_chapter():
     assert phases >= {"scatter", "replicate", "forward", "gather", "loss", "backward", "optimizer"}
 
 
-def test_threads_per_call_computes_what_parallel_apply_computes():
+def test_fresh_threads_compute_what_parallel_apply_computes():
+    """The baseline of the worker-overhead plot: a new thread per replica per call (one
+    replica: no thread, as torch's parallel_apply), the same outputs as ours."""
     torch.manual_seed(0)
     devices = [Device("sim", i).torch_device for i in range(3)]
     replicas = replicate(nn.Linear(4, 2).to(devices[0]), [0, 1, 2], detach=True)
     inputs = [torch.randn(2, 4, device=d) for d in devices]
+    jobs = [lambda r=r, x=x: r(x) for r, x in zip(replicas, inputs)]
     with torch.no_grad():
         ours = parallel_apply(replicas, [(x,) for x in inputs])
-        baseline = measure.threads_per_call(replicas, inputs)
+        baseline = run_fresh_threads(jobs)
+        (alone,) = run_fresh_threads([lambda: threading.current_thread()])
     for a, b in zip(ours, baseline):
         assert torch.equal(a, b)
+    assert alone is threading.current_thread()
 
 
 def test_the_cli_writes_what_load_recorded_reads(tmp_path, monkeypatch):
@@ -103,15 +110,19 @@ def test_the_cli_refuses_more_devices_than_there_are(capsys):
 def test_the_recorded_h200_run_is_complete():
     recorded = measure.load_recorded("h200-x4")
     assert recorded.hardware == "4 x NVIDIA H200 (CUDA events)"
-    assert set(recorded.measurements) == set(driver.MEASUREMENTS)  # peak_memory too: GPUs
+    # peak_memory too (GPUs), and the chain from chain_bench.json, its own driver's file
+    assert set(recorded.measurements) == {*driver.MEASUREMENTS, "chain"}
     for m in recorded.measurements.values():
         _well_formed(m)
     assert recorded.measurement("scatter_copy").x == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
     assert len(recorded.measurement("worker_overhead").series) == 3  # torch's version too
     assert recorded.bench["meta"]["hardware"]["label"] == "4 x NVIDIA H200"
     assert [r["devices"] for r in recorded.chain_bench["results"]] == [2, 3, 4]
+    chain = recorded.measurement("chain")
+    assert chain.x == ["2", "3", "4"] and len(chain.series["kept scattered"]) == 3
+    assert chain.hardware == "4 x NVIDIA H200 (host clock, GPUs synchronized)"
     assert recorded.bench_timeline("mlp", "learn_parallel", 4).hardware.device_count == 4
-    assert set(recorded.repeat) == set(recorded.measurements)  # the second, back-to-back run
+    assert set(recorded.repeat) == set(driver.MEASUREMENTS)  # the second, back-to-back run
 
 
 def test_a_missing_recording_says_where_it_looked(monkeypatch, tmp_path):

@@ -1,0 +1,102 @@
+"""The lab holds only what a chapter imports, and stays small enough to read.
+
+The chapters run after a plain ``pip install`` (Colab), so what they import stays in the
+package; the command lines and drivers that record runs live in ``experiments/``.
+
+* no lab module imports ``argparse`` (command lines belong to ``experiments/``);
+* every lab module is used by a chapter, a test or another lab module: the failure
+  message lists each module with who uses it;
+* the lab's size: this branch holds everything but ``ladder.py`` and ``bridges.py``
+  (rewritten elsewhere) to 3,400 lines, leaving those two 400 of the 3,800 the whole
+  ``learn_parallel/lab/*.py`` may have (issue 35); the whole is printed with ``-s``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB = ROOT / "learn_parallel" / "lab"
+MODULES = sorted(p.stem for p in LAB.glob("*.py") if p.stem != "__init__")
+LIMIT, REWRITTEN_ELSEWHERE, THEIR_SHARE = 3800, ("ladder", "bridges"), 400
+
+
+def _imports_of(tree: ast.AST) -> set[str]:
+    """Every module name an import statement in ``tree`` names (inside functions too)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def _lab_modules_in(text: str, chapter: bool = False) -> set[str]:
+    """The lab modules a piece of Python imports; in a chapter also those it names as
+    ``learn_parallel.lab.x`` (``show_source("learn_parallel.lab.measure.matmul")``)."""
+    named = set()
+    for cell in text.split("\n# -- cell --\n"):
+        try:
+            named |= _imports_of(ast.parse(cell))
+        except SyntaxError:  # a cell with IPython syntax (%magic): its names, read as text
+            named |= set(re.findall(r"^from (learn_parallel\.lab\.\w+) import", cell, re.M))
+    if chapter:
+        named |= set(re.findall(r"learn_parallel\.lab\.\w+", text))
+    return {m for m in MODULES if f"learn_parallel.lab.{m}" in named}
+
+
+def _chapter_code(path: Path) -> str:
+    cells = json.loads(path.read_text())["cells"]
+    return "\n# -- cell --\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+
+
+def users() -> dict[str, list[str]]:
+    """Lab module -> the chapters, tests and other lab modules that use it."""
+    found: dict[str, list[str]] = {m: [] for m in MODULES}
+    chapters = [(p, _chapter_code(p), True) for p in sorted(ROOT.glob("book/*.ipynb"))]
+    tests = [p for p in sorted(ROOT.glob("tests/**/*.py")) if p != Path(__file__)]
+    code = [(p, p.read_text(), False) for p in [*tests, *sorted(LAB.glob("*.py"))]]
+    for path, text, chapter in chapters + code:
+        where = path.relative_to(ROOT)
+        for module in _lab_modules_in(text, chapter):
+            if where != Path("learn_parallel/lab") / f"{module}.py":  # itself does not count
+                found[module].append(str(where))
+    return found
+
+
+def test_the_lab_imports_no_argparse():
+    offenders = [
+        p.name for p in LAB.glob("*.py") if "argparse" in _imports_of(ast.parse(p.read_text()))
+    ]
+    assert offenders == [], f"command lines belong in experiments/: {offenders}"
+
+
+def test_every_lab_module_is_used_by_a_chapter_a_test_or_another_lab_module():
+    found = users()
+    table = "\n".join(
+        f"{m}: {', '.join(u[:4])}{' ...' if len(u) > 4 else ''}" for m, u in found.items()
+    )
+    assert all(found.values()), f"unused: {[m for m, u in found.items() if not u]}\n{table}"
+    print(table)
+
+
+def test_the_finder_sees_a_chapter_import_and_ignores_a_module_naming_itself():
+    assert _lab_modules_in("from learn_parallel.lab import bench, measure") == {"bench", "measure"}
+    shown = 'show_source("learn_parallel.lab.steps.train_step")'
+    assert _lab_modules_in(shown, chapter=True) == {"steps"} and not _lab_modules_in(shown)
+    magic = "%matplotlib inline\nfrom learn_parallel.lab.plots import x"
+    assert _lab_modules_in(magic, chapter=True) == {"plots"}
+    assert "learn_parallel/lab/steps.py" not in users()["steps"]
+
+
+def test_the_lab_stays_within_its_lines():
+    lines = {p.stem: len(p.read_text().splitlines()) for p in LAB.glob("*.py")}
+    total = sum(lines.values())
+    ours = total - sum(lines.get(m, 0) for m in REWRITTEN_ELSEWHERE)
+    print(f"learn_parallel/lab/*.py: {total} lines, {ours} without {REWRITTEN_ELSEWHERE}")
+    assert ours <= LIMIT - THEIR_SHARE, (ours, sorted(lines.items(), key=lambda kv: -kv[1]))
