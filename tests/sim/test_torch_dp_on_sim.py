@@ -86,6 +86,21 @@ def test_plain_tensor_batch_gives_torchs_outputs_and_gradients():
     assert type(theirs[0].grad_fn).__name__ == "GatherBackward"
 
 
+class ComplexScale(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(3, dtype=torch.complex64))
+
+    def forward(self, x):
+        return torch.view_as_real(x * self.scale)
+
+
+def test_a_complex_parameter_over_several_devices_matches_torchs():
+    """torch's Broadcast writes the complex copies back into each device's list."""
+    torch.manual_seed(0)
+    compare(lambda: ComplexScale().to("sim:0"), torch.randn(8, 3))
+
+
 class Nested(nn.Module):
     def __init__(self) -> None:
         super().__init__()
