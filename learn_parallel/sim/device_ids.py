@@ -83,12 +83,19 @@ class device:
 
 
 def with_index(where: DeviceArg) -> DeviceArg:
-    """``where``, with the current index if it names ``sim`` without one (anything else as given)."""
+    """``where`` with the current index if it names ``sim`` without one; anything else as given."""
     if isinstance(where, torch.device):
         bare = where.type == NAME and where.index is None
     else:
         bare = isinstance(where, str) and where == NAME
     return torch.device(NAME, current_device()) if bare else where
+
+
+def with_index_given(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The arguments of ``tensor.to(...)`` with a bare ``sim`` given its current index."""
+    if "device" in kwargs:
+        kwargs = {**kwargs, "device": with_index(kwargs["device"])}
+    return (args[0], *map(with_index, args[1:])), kwargs
 
 
 def _exchange(index: int) -> int:

@@ -63,7 +63,7 @@ def _refusing_sparse_gradient(func: Any) -> Any:
     position = [a.name for a in func._schema.arguments].index(flag)
 
     def refuse(args: tuple, kwargs: dict) -> None:
-        asked = args[position] if position < len(args) else kwargs.get(flag, False)
+        asked = args[position] if position < len(args) else (kwargs or {}).get(flag, False)
         if asked and args[0].requires_grad and torch.is_grad_enabled():
             raise RuntimeError(
                 f"{where} with {flag}=True on a simulated device: its backward would make a "

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from learn_parallel.sim.device_ids import NAME, device_index, with_index
+from learn_parallel.sim.device_ids import NAME, device_index, with_index_given
 from learn_parallel.sim.generators import draws_from, generator
 from learn_parallel.sim.grads import HOOK_REGISTRARS, guarded_hook
 from learn_parallel.sim.memory import counters
@@ -35,10 +35,9 @@ _inference_mode = torch.is_inference_mode_enabled
 
 
 # Composite operations that reach __torch_dispatch__ undecomposed where no autograd step
-# decomposes them first (under inference mode, and on an inference tensor after it), answered
-# on the wrappers themselves. Run on the CPU tensor, ``x.to("sim:1")`` or ``x.cpu()`` would
-# see a CPU-to-CPU no-op and give back ``x`` itself (decomposed, it is a _to_copy), and
-# module.to() would be told that a CPU and a simulated tensor can share ``.data``.
+# decomposes them (under inference mode, or on an inference tensor), answered on the wrappers:
+# run on the CPU tensor, ``x.to("sim:1")`` or ``x.cpu()`` would be a CPU-to-CPU no-op giving
+# back ``x``, and module.to() would be told a CPU and a simulated tensor can share ``.data``.
 def _decomposed(func: Any, *args: Any, **kwargs: Any) -> Any:
     return func.decompose(*args, **kwargs)
 
@@ -69,8 +68,8 @@ class SimTensor(torch.Tensor):
                 return SimTensor(data, index, track=track)
         if data.layout != torch.strided:
             raise NotImplementedError(
-                f"A {data.layout} tensor cannot live on a simulated device: they hold dense "
-                f"tensors only. Keep it on the CPU, or use .to_dense() first."
+                f"A {data.layout} tensor cannot live on a simulated device: "
+                "they hold dense tensors only. Keep it on the CPU, or use .to_dense() first."
             )
         device = _devices.get(index)
         if device is None:
@@ -104,9 +103,7 @@ class SimTensor(torch.Tensor):
         if func in HOOK_REGISTRARS and len(args) > 1:
             args = (args[0], guarded_hook(args[1]), *args[2:])
         elif func is _TO:  # a bare "sim" is the current device, as a bare "cuda" is
-            args = (args[0], *map(with_index, args[1:]))
-            if "device" in kwargs:
-                kwargs = {**kwargs, "device": with_index(kwargs["device"])}
+            args, kwargs = with_index_given(args, kwargs)
         elif func is _NEW_TENSOR and kwargs.get("device") is None:
             # PyTorch makes it under a device guard, which a backend written in Python
             # cannot set: name the device, so it lands on the tensor's, as on GPUs.
