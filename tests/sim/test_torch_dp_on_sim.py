@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from functools import partial
 from typing import Any
 
 import pytest
@@ -63,10 +64,9 @@ def step(wrapper: Any, module: nn.Module, *args: Any, backward: bool = True, **k
 def compare(make: Any, *args: Any, backward: bool = True, torch_kw=None, ours_kw=None, **kw):
     """Torch's and our DataParallel on copies of one module: everything must match."""
     base = make()
-    theirs = step(lambda m: TORCH_DP(m, **(torch_kw or {})), copy.deepcopy(base), *args,
-                  backward=backward, **kw)  # fmt: skip
-    ours = step(lambda m: OURS_DP(m, **(ours_kw or {})), copy.deepcopy(base), *args,
-                backward=backward, **kw)  # fmt: skip
+    torch_dp, ours_dp = partial(TORCH_DP, **(torch_kw or {})), partial(OURS_DP, **(ours_kw or {}))
+    theirs = step(torch_dp, copy.deepcopy(base), *args, backward=backward, **kw)
+    ours = step(ours_dp, copy.deepcopy(base), *args, backward=backward, **kw)
     assert_close(cpu(theirs[0]), cpu(ours[0]))
     assert theirs[0].device == ours[0].device if isinstance(ours[0], torch.Tensor) else True
     assert_close(theirs[1], ours[1])
