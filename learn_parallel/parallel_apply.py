@@ -127,7 +127,9 @@ class CallerState:
         stack = ExitStack()
         stack.enter_context(torch.inference_mode(self.inference_mode))
         stack.enter_context(torch.set_grad_enabled(self.grad_enabled))
-        if not device.is_simulated:
+        if device.is_simulated:  # the replica's device is current in its worker, as on GPUs
+            stack.enter_context(torch.get_device_module(device.type).device(device.index))
+        else:
             stack.enter_context(torch.cuda.device(device.index))
             stack.enter_context(torch.cuda.stream(self.stream))
         kind = device.torch_device.type

@@ -27,15 +27,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_collection_finish(session):
-    """No test module may make a simulated device while pytest imports it.
+    """Where CUDA is available, no test module may make a simulated device while pytest
+    imports it.
 
     Registering the ``sim`` device type breaks CUDA's autograd for the rest of the
     process (an internal assert in the engine), so a module constant such as
     ``torch.device("sim", 0)`` would fail every GPU test of the same run. Make such
     devices on first use (``_training.SimDevices``) or inside the test (the GPU tests
-    run before every other test).
+    run before every other test). Without a GPU, importing learn_parallel registers
+    ``sim`` itself, and there is no CUDA backward to protect.
     """
-    if _sim_registered():
+    if torch.cuda.is_available() and _sim_registered():
         raise pytest.UsageError(
             "A test module registered the simulated device type while pytest collected the "
             "tests; every CUDA backward of this run would then fail. Make simulated devices "

@@ -1,13 +1,15 @@
-"""Registering the ``sim`` device type with PyTorch, the first time a simulated device is used.
+"""Registering the ``sim`` device type with PyTorch: on import without GPUs, else on first use.
 
 `enable` names PyTorch's device type for out-of-tree backends (``PrivateUse1``) ``sim``,
 hands PyTorch the device module it asks a backend for (``torch.sim``: device count,
 current device, seeds and random states, memory counters), registers the kernels that
 *create* tensors on a simulated device, and installs the rest of the simulator: the
 autograd patches (`learn_parallel.sim.grads`), the per-device generators
-(`learn_parallel.sim.generators`), ``torch.save``/``torch.load`` support, torch's own
-collectives (`learn_parallel.sim.torch_parallel`) and a clear refusal to move a tensor
-an autograd graph still holds.
+(`learn_parallel.sim.generators`), lazy modules (`learn_parallel.sim.lazy`), the current
+device (`learn_parallel.sim.device_ids`), ``torch.save``/``torch.load`` support, torch's
+own collectives (`learn_parallel.sim.torch_parallel`) and a clear refusal to move a
+tensor an autograd graph still holds. Without a GPU, importing the package calls it
+(`enable_without_gpus`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 import torch
 
-from learn_parallel.sim import generators, grads, torch_parallel
+from learn_parallel.sim import generators, grads, lazy, torch_parallel
 from learn_parallel.sim.device_ids import (
     NAME,
     DeviceArg,
@@ -26,6 +28,7 @@ from learn_parallel.sim.device_ids import (
     device,
     device_count,
     device_index,
+    follow_current_device,
     set_device,
 )
 from learn_parallel.sim.generators import generator
@@ -71,10 +74,21 @@ def _factory(op):
 _FACTORIES = ["arange", "arange.start", "arange.start_step", "linspace", "logspace", "eye", "eye.m"]
 
 
+_COMPOSITE = torch._C.DispatchKey.CompositeExplicitAutograd  # where torch's own kernel stays
+
+
 def _pin_memory(self: torch.Tensor, device: torch.device | None = None) -> torch.Tensor:
-    # DataLoader(pin_memory=True) pins for the current accelerator, now sim;
-    # host memory is all one kind here, so a pinned copy is a plain copy.
-    return self.clone()
+    """Pinning a CPU tensor (``DataLoader(pin_memory=True)`` too) with ``sim`` registered.
+
+    torch pins for the current accelerator, now ``sim``, which has no pinned memory. Where
+    a GPU exists, pin for it with torch's own kernel, so copies to it stay asynchronous;
+    without one, host memory is all one kind, and a pinned copy is a plain copy.
+    """
+    if device is None or torch.device(device).type == NAME:
+        if not torch.cuda.is_available():
+            return self.clone()
+        device = torch.device("cuda")
+    return _aten._pin_memory.default._op_dk(_COMPOSITE, self, device)
 
 
 def _copy_from(self: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False):
@@ -216,10 +230,34 @@ def enable() -> None:
         grads.patch_backward()
         grads.install()
         generators.install()
+        lazy.install()
+        follow_current_device()
         torch.serialization.register_package(15, lambda storage: None, _load_payload)
         torch_parallel.install()  # torch's own DataParallel runs here too
         _patch_swap_tensors()
         _library.extend([library, autocast])
+
+
+def enable_without_gpus() -> bool:
+    """Register ``sim`` now if this machine shows no GPU; True if it is registered.
+
+    Importing learn_parallel calls this, so that ``x.to("sim:1")`` works from the first
+    line. Where a GPU is visible, nothing is registered until simulated devices are first
+    used: after that, torch takes ``sim`` for its accelerator and backward on CUDA tensors
+    fails in that process (see `learn_parallel.sim.grads`). Nothing is registered either
+    where another backend holds PyTorch's extra device type, or torch is older than 2.9.
+    """
+    import torch.utils.backend_registration as registration
+
+    if _library:
+        return True
+    free = torch._C._get_privateuse1_backend_name() == "privateuseone"
+    python_backends = hasattr(registration, "_setup_privateuseone_for_python_backend")
+    # device_count() asks NVML first: no CUDA initialised, forked children unharmed.
+    if torch.cuda.device_count() > 0 or not free or not python_backends:
+        return False
+    enable()
+    return True
 
 
 def _patch_swap_tensors() -> None:

@@ -108,7 +108,8 @@ def broadcast_coalesced(
             for index, device_outputs in zip(indices[1:], outputs[1:]):
                 copy = flat.to(_on(index), copy=True)
                 device_outputs.extend(_unflatten(copy, chunk))
-    return [outputs[0]] + [_reorder_tensors_as(o, tensors) for o in outputs[1:]]
+    # A list per device, as CUDA's (torch's Broadcast assigns into them for complex tensors).
+    return [outputs[0]] + [list(_reorder_tensors_as(o, tensors)) for o in outputs[1:]]
 
 
 def _unflatten(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:

@@ -2,7 +2,9 @@
 
 The count comes from ``LEARN_PARALLEL_SIMULATED_DEVICES`` (4 when unset); it is the
 count behind ``torch.sim.device_count()``, and `learn_parallel.devices` asks it here
-for ``device_ids=None`` whenever the lessons run on simulated devices.
+for ``device_ids=None`` whenever the lessons run on simulated devices. The current
+device is per thread, as CUDA's is; `follow_current_device` makes torch's own
+``torch.accelerator`` and ``module.to("sim")`` use it.
 """
 
 from __future__ import annotations
@@ -78,3 +80,48 @@ class device:
 
     def __exit__(self, *exc: object) -> None:
         set_device(self.previous)
+
+
+def with_index(where: DeviceArg) -> DeviceArg:
+    """``where`` with the current index if it names ``sim`` without one; anything else as given."""
+    if isinstance(where, torch.device):
+        bare = where.type == NAME and where.index is None
+    else:
+        bare = isinstance(where, str) and where == NAME
+    return torch.device(NAME, current_device()) if bare else where
+
+
+def with_index_given(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The arguments of ``tensor.to(...)`` with a bare ``sim`` given its current index."""
+    if "device" in kwargs:
+        kwargs = {**kwargs, "device": with_index(kwargs["device"])}
+    return (args[0], *map(with_index, args[1:])), kwargs
+
+
+def _exchange(index: int) -> int:
+    previous = current_device()
+    set_device(index)
+    return previous
+
+
+def follow_current_device() -> None:
+    """Make torch's own calls for the current device use this thread's simulated one.
+
+    torch's helper for backends written in Python gives them a fixed C++ device guard: it
+    answers index 0 and ignores a new one. ``torch.accelerator``'s functions ask that guard
+    through four ``torch._C`` functions, answered here instead, and ``module.to("sim")``
+    gets its index here before C++ would ask the guard. (What C++ resolves on its own,
+    ``cpu_tensor.to("sim")`` and ``torch.tensor(..., device="sim")``, still means ``sim:0``.)
+    """
+    torch._C._accelerator_getDeviceIndex = current_device
+    torch._C._accelerator_setDeviceIndex = set_device
+    torch._C._accelerator_exchangeDevice = _exchange
+    torch._C._accelerator_maybeExchangeDevice = _exchange
+    parse_to = torch._C._nn._parse_to
+
+    def _parse_to(*args: object, **kwargs: object) -> tuple:
+        where, *rest = parse_to(*args, **kwargs)
+        return (with_index(where), *rest)
+
+    _parse_to.__wrapped__ = parse_to  # type: ignore[attr-defined]
+    torch._C._nn._parse_to = _parse_to

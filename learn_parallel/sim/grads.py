@@ -113,6 +113,18 @@ def guarded_hook(hook: Any) -> Any:
     return run
 
 
+# What torch's engine asserts when a backward on CUDA tensors runs in a process where a
+# backend written in Python is registered: torch then takes that backend (PrivateUse1) for
+# its accelerator, and the engine's stream bookkeeping for CUDA tensors fails (torch 2.11).
+_CUDA_AFTER_SIM = "opt_ready_stream && opt_parent_stream"
+CUDA_AFTER_SIM_MESSAGE = (
+    "Backward on CUDA tensors cannot run in a process where learn_parallel's simulated "
+    "devices are registered (torch then takes 'sim' for its accelerator and its autograd "
+    "engine stops in an internal assertion): train on the GPU in a fresh process that "
+    "uses no simulated devices, with LEARN_PARALLEL_SIMULATE unset."
+)
+
+
 def patch_backward() -> None:
     """Run backward passes on the calling thread.
 
@@ -121,6 +133,8 @@ def patch_backward() -> None:
     backend registered from Python reports one. Turning the engine's
     per-device threads off for a backward pass (`set_multithreading_enabled`)
     runs it on the calling thread instead, which is where CPU work runs anyway.
+    A backward on CUDA tensors in the same process fails inside torch; that failure
+    is raised again saying why, and what to do (`CUDA_AFTER_SIM_MESSAGE`).
     """
     import torch.autograd.graph as graph
 
@@ -132,9 +146,11 @@ def patch_backward() -> None:
         try:
             with torch.autograd.set_multithreading_enabled(False):
                 return original(outputs, grads, *args, **kwargs)
-        except RuntimeError:
+        except RuntimeError as failure:
             error = _hook_error.error
             if error is None:
+                if _CUDA_AFTER_SIM in str(failure):
+                    raise RuntimeError(CUDA_AFTER_SIM_MESSAGE) from None
                 raise
             raise error.with_traceback(error.__traceback__) from None  # a hook raised it
         finally:

@@ -3,9 +3,9 @@
 Most operations are run as they are on the CPU tensors behind simulated ones. The
 tables below name those that need more: copies between devices, the few whose CUDA
 kernels take a tensor on the CPU by design, indexing, in-place shape changes,
-foreach operations over lists that span devices, and the kernels the CPU lacks
-(`learn_parallel.sim.kernels`). Autocast's lists, applied in
-`SimTensor.__torch_function__`, are here too.
+foreach operations over lists that span devices, those that would make a sparse
+gradient (refused), and the kernels the CPU lacks (`learn_parallel.sim.kernels`).
+Autocast's lists, applied in `SimTensor.__torch_function__`, are here too.
 """
 
 from __future__ import annotations
@@ -48,6 +48,31 @@ _INDEXING = {
     _aten._unsafe_index_put.default,
 }
 
+# Operations whose backward makes a sparse gradient when a flag asks for it. A sparse tensor
+# cannot live on a simulated device, and an error raised inside backward would end the
+# process: so the forward refuses, while the flag can still matter (grad on, weight trained).
+_SPARSE_GRADIENT_FLAG = {
+    _aten.embedding.default: ("sparse", "nn.Embedding"),
+    _aten._embedding_bag.default: ("sparse", "nn.EmbeddingBag"),
+    _aten.gather.default: ("sparse_grad", "torch.gather"),
+}
+
+
+def _refusing_sparse_gradient(func: Any) -> Any:
+    flag, where = _SPARSE_GRADIENT_FLAG[func]
+    position = [a.name for a in func._schema.arguments].index(flag)
+
+    def refuse(args: tuple, kwargs: dict) -> None:
+        asked = args[position] if position < len(args) else (kwargs or {}).get(flag, False)
+        if asked and args[0].requires_grad and torch.is_grad_enabled():
+            raise RuntimeError(
+                f"{where} with {flag}=True on a simulated device: its backward would make a "
+                f"sparse gradient, and simulated devices hold dense tensors only. Pass "
+                f"{flag}=False (the gradient is then dense, with the same values), or run on GPUs."
+            )
+
+    return refuse
+
 
 # Autocast on simulated devices: CPU autocast's lists, for the common operations.
 _F = torch.nn.functional
@@ -76,6 +101,7 @@ class Plan:
         "kernel",
         "metadata_in_place",
         "view",
+        "refuse",
     )
 
     def __init__(self, func: Any) -> None:
@@ -94,6 +120,8 @@ class Plan:
         # A view shares its input's storage, already counted: no memory tracking needed.
         returns = func._schema.returns
         self.view = bool(returns) and returns[0].alias_info is not None
+        # Checks the arguments and raises before anything runs; None for nearly every op.
+        self.refuse = _refusing_sparse_gradient(func) if func in _SPARSE_GRADIENT_FLAG else None
 
 
 plans: dict[int, Plan] = {}

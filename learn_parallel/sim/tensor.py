@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from learn_parallel.sim.device_ids import NAME, device_index
+from learn_parallel.sim.device_ids import NAME, device_index, with_index_given
 from learn_parallel.sim.generators import draws_from, generator
 from learn_parallel.sim.grads import HOOK_REGISTRARS, guarded_hook
 from learn_parallel.sim.memory import counters
@@ -25,6 +25,7 @@ _aten = torch.ops.aten
 _devices: dict[int, torch.device] = {}  # torch.device("sim", i), made once
 
 _NEW_TENSOR = torch.Tensor.new_tensor
+_TO = torch.Tensor.to
 
 # Inference mode (SimTensor.__new__): under ``torch.inference_mode()`` a view of a normal
 # tensor is a normal tensor (its version counter is its base's); a wrapper made there would be
@@ -33,11 +34,10 @@ _NEW_TENSOR = torch.Tensor.new_tensor
 _inference_mode = torch.is_inference_mode_enabled
 
 
-# Composite operations that reach __torch_dispatch__ undecomposed under inference mode
-# (no autograd step to decompose them first), answered on the wrappers themselves. Run
-# on the CPU tensor, ``x.to("sim:1")`` would see a CPU-to-CPU no-op and give back ``x``
-# itself (decomposed, it is a _to_copy), and module.to() would be told that a CPU and a
-# simulated tensor can share ``.data``.
+# Composite operations that reach __torch_dispatch__ undecomposed where no autograd step
+# decomposes them (under inference mode, or on an inference tensor), answered on the wrappers:
+# run on the CPU tensor, ``x.to("sim:1")`` or ``x.cpu()`` would be a CPU-to-CPU no-op giving
+# back ``x``, and module.to() would be told a CPU and a simulated tensor can share ``.data``.
 def _decomposed(func: Any, *args: Any, **kwargs: Any) -> Any:
     return func.decompose(*args, **kwargs)
 
@@ -66,6 +66,11 @@ class SimTensor(torch.Tensor):
         if _inference_mode() and not data.is_inference():  # see _inference_mode
             with torch.inference_mode(False):  # a view of a normal tensor: normal, as on the CPU
                 return SimTensor(data, index, track=track)
+        if data.layout != torch.strided:
+            raise NotImplementedError(
+                f"A {data.layout} tensor cannot live on a simulated device: "
+                "they hold dense tensors only. Keep it on the CPU, or use .to_dense() first."
+            )
         device = _devices.get(index)
         if device is None:
             device = _devices[index] = torch.device(NAME, index)
@@ -97,6 +102,8 @@ class SimTensor(torch.Tensor):
                 args, kwargs = _cast((args, kwargs), dtype)
         if func in HOOK_REGISTRARS and len(args) > 1:
             args = (args[0], guarded_hook(args[1]), *args[2:])
+        elif func is _TO:  # a bare "sim" is the current device, as a bare "cuda" is
+            args, kwargs = with_index_given(args, kwargs)
         elif func is _NEW_TENSOR and kwargs.get("device") is None:
             # PyTorch makes it under a device guard, which a backend written in Python
             # cannot set: name the device, so it lands on the tensor's, as on GPUs.
@@ -168,9 +175,11 @@ class SimTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        if _inference_mode() and func in _UNDECOMPOSED:  # see _UNDECOMPOSED
+        if func in _UNDECOMPOSED:  # see _UNDECOMPOSED
             return _UNDECOMPOSED[func](func, *args, **(kwargs or {}))
         plan = plans.get(id(func)) or new_plan(func)
+        if plan.refuse is not None:  # e.g. a sparse gradient, which cannot live here
+            plan.refuse(args, kwargs)
         # id(what the CPU sees) -> the argument, so in-place results come back as given.
         given: dict[int, torch.Tensor] = {}
         found: list[Any] = []  # every tensor's device: a sim index (int) or a torch.device

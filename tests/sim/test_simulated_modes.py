@@ -49,6 +49,32 @@ def test_moving_to_another_device_under_inference_mode_copies_there():
     assert module.weight.device == torch.device("sim:2")
 
 
+MOVES = {  # each move of an inference tensor, and where CUDA puts the result
+    "cpu()": (lambda y: y.cpu(), "cpu"),
+    "to('cpu')": (lambda y: y.to("cpu"), "cpu"),
+    "to('sim:1')": (lambda y: y.to("sim:1"), "sim:1"),
+    "to(float64)": (lambda y: y.to(torch.float64), "sim:0"),
+    "clone()": (lambda y: y.clone(), "sim:0"),
+    "copy_ into cpu": (lambda y: torch.empty(3).copy_(y), "cpu"),
+    "copy_ into sim:2": (lambda y: torch.empty(3).to("sim:2").copy_(y), "sim:2"),
+}
+
+
+@pytest.mark.parametrize("inside", [True, False], ids=["inside the mode", "after it"])
+@pytest.mark.parametrize("move", MOVES)
+def test_an_inference_tensor_moves_where_it_is_sent(move, inside):
+    """CUDA: a tensor made under inference_mode() moves to the CPU or another device, inside
+    the block and after it, as any tensor does (`y.cpu()` is a CPU tensor)."""
+    function, where = MOVES[move]
+    with torch.inference_mode():
+        y = torch.arange(3.0).to("sim:0")
+        moved = function(y) if inside else None
+    moved = function(y) if moved is None else moved
+    assert y.is_inference() and moved.device == torch.device(where)
+    assert (type(moved) is torch.Tensor) == (where == "cpu")
+    assert torch.equal(moved.cpu(), torch.arange(3.0, dtype=moved.dtype))
+
+
 @pytest.mark.parametrize("mode", [torch.no_grad, torch.inference_mode])
 @pytest.mark.parametrize("wrapper", [lp.DataParallel, torch.nn.DataParallel])
 def test_data_parallel_without_grad_equals_one_device_and_builds_no_graph(mode, wrapper):

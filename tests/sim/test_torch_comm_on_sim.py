@@ -130,8 +130,9 @@ def test_comm_functions_return_what_cuda_returns():
     a = torch.randn(2, 3).to("sim:0")
     copies = comm.broadcast(a, [0, 1])
     assert type(copies) is list and copies[0] is a and copies[1].device.index == 1  # CUDA: same
-    nested = comm.broadcast_coalesced([a], [0, 1])
-    assert type(nested) is list and type(nested[0]) is list and nested[0][0] is a
+    nested = comm.broadcast_coalesced([a], [0, 1, 2])
+    assert type(nested) is list and nested[0][0] is a
+    assert [type(copies) for copies in nested] == [list] * 3  # CUDA: a list per device
     assert comm.gather([a, a.double().to("sim:1")], 0, 0).dtype == torch.float32  # the first's
     assert len(comm.scatter(a[:1], [0, 1])) == 1  # a short tensor: fewer pieces
     with pytest.raises(RuntimeError, match="same length, but got len\\(devices\\) = 1"):
@@ -183,10 +184,11 @@ def test_calls_without_simulated_tensors_fall_through_to_torchs_own(monkeypatch)
     assert comm.gather is sim_comm.gather is torch.cuda.comm.gather
 
 
-def test_torchs_functions_are_untouched_until_simulated_devices_are_enabled():
+def test_torchs_functions_are_untouched_beside_a_gpu_until_simulated_devices_are_enabled():
     code = (
         "import torch, torch.utils, torch.cuda.nccl as nccl\n"
         "from torch.nn.parallel import comm\n"
+        "torch.cuda.device_count = lambda: 1  # a GPU is visible: importing registers nothing\n"
         "before = [comm.scatter, comm.gather, comm.broadcast_coalesced, nccl.is_available,"
         " torch.utils.swap_tensors]\n"
         "import learn_parallel, learn_parallel.sim.comm as sc\n"
@@ -194,6 +196,7 @@ def test_torchs_functions_are_untouched_until_simulated_devices_are_enabled():
         "now = [comm.scatter, comm.gather, comm.broadcast_coalesced, nccl.is_available,"
         " torch.utils.swap_tensors]\n"
         "assert now == before and not sc.ORIGINALS, now\n"
+        "assert torch._C._get_privateuse1_backend_name() == 'privateuseone'\n"
         "learn_parallel.sim.enable()\n"
         "assert sc.ORIGINALS['scatter'] is before[0] and comm.scatter is sc.scatter\n"
         "print('ok')\n"

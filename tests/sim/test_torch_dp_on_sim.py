@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from functools import partial
 from typing import Any
 
 import pytest
@@ -63,10 +64,9 @@ def step(wrapper: Any, module: nn.Module, *args: Any, backward: bool = True, **k
 def compare(make: Any, *args: Any, backward: bool = True, torch_kw=None, ours_kw=None, **kw):
     """Torch's and our DataParallel on copies of one module: everything must match."""
     base = make()
-    theirs = step(lambda m: TORCH_DP(m, **(torch_kw or {})), copy.deepcopy(base), *args,
-                  backward=backward, **kw)  # fmt: skip
-    ours = step(lambda m: OURS_DP(m, **(ours_kw or {})), copy.deepcopy(base), *args,
-                backward=backward, **kw)  # fmt: skip
+    torch_dp, ours_dp = partial(TORCH_DP, **(torch_kw or {})), partial(OURS_DP, **(ours_kw or {}))
+    theirs = step(torch_dp, copy.deepcopy(base), *args, backward=backward, **kw)
+    ours = step(ours_dp, copy.deepcopy(base), *args, backward=backward, **kw)
     assert_close(cpu(theirs[0]), cpu(ours[0]))
     assert theirs[0].device == ours[0].device if isinstance(ours[0], torch.Tensor) else True
     assert_close(theirs[1], ours[1])
@@ -84,6 +84,21 @@ def test_plain_tensor_batch_gives_torchs_outputs_and_gradients():
     theirs, _ = compare(mlp, torch.randn(8, 3))
     assert theirs[0].device == torch.device("sim:0")
     assert type(theirs[0].grad_fn).__name__ == "GatherBackward"
+
+
+class ComplexScale(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(3, dtype=torch.complex64))
+
+    def forward(self, x):
+        return torch.view_as_real(x * self.scale)
+
+
+def test_a_complex_parameter_over_several_devices_matches_torchs():
+    """torch's Broadcast writes the complex copies back into each device's list."""
+    torch.manual_seed(0)
+    compare(lambda: ComplexScale().to("sim:0"), torch.randn(8, 3))
 
 
 class Nested(nn.Module):

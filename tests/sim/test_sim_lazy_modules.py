@@ -1,0 +1,82 @@
+"""Lazy modules on simulated devices: moved uninitialized, made at the first forward.
+
+CUDA (torch's LazyModuleMixin docs): ``nn.LazyLinear(4).to("cuda:0")`` keeps its parameters
+uninitialized on cuda:0, and the first forward makes them there, with the input's sizes.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parameter import UninitializedBuffer, UninitializedParameter, is_lazy
+
+from learn_parallel import sim
+
+
+@pytest.fixture(autouse=True)
+def _on():
+    sim.enable()
+    yield
+    torch.sim.set_device(0)
+
+
+def test_a_lazy_linear_moved_to_a_simulated_device_is_made_there_at_its_first_forward():
+    module = nn.LazyLinear(4).to("sim:1")
+    assert isinstance(module.weight, UninitializedParameter)
+    assert module.weight.device == torch.device("sim:1")
+    x = torch.randn(5, 3).to("sim:1")
+    y = module(x)
+    assert type(module) is nn.Linear and not is_lazy(module.weight)
+    assert isinstance(module.weight, nn.Parameter) and module.weight.shape == (4, 3)
+    assert module.weight.device == module.bias.device == y.device == torch.device("sim:1")
+    expected = F.linear(x.cpu(), module.weight.detach().cpu(), module.bias.detach().cpu())
+    torch.testing.assert_close(y.detach().cpu(), expected)
+    y.sum().backward()
+    assert module.weight.grad.device == torch.device("sim:1")
+    torch.testing.assert_close(module.weight.grad.cpu(), x.cpu().sum(0).expand(4, 3))
+
+
+def test_lazy_buffers_and_parameters_of_batchnorm_are_made_on_the_device():
+    module = nn.LazyBatchNorm1d().to("sim:2")
+    assert isinstance(module.running_mean, UninitializedBuffer)
+    assert isinstance(module.weight, UninitializedParameter)
+    x = torch.randn(6, 3).to("sim:2")
+    module(x)
+    for tensor in (module.weight, module.running_mean, module.running_var):
+        assert tensor.device == torch.device("sim:2") and tensor.shape == (3,)
+    torch.testing.assert_close(module.running_mean.cpu(), 0.1 * x.cpu().mean(0))
+
+
+def test_uninitialized_tensors_move_between_devices_and_casts_keep_them_uninitialized():
+    module = nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.LazyLinear(2)).to("sim:0")
+    module.to("sim:1")
+    with torch.sim.device(2):
+        module.to("sim")  # a bare "sim": the current device
+    module.to(torch.float64)
+    copied = copy.deepcopy(module)
+    for each in (module, copied):
+        assert isinstance(each[2].weight, UninitializedParameter)
+        assert each[2].weight.device == torch.device("sim:2")
+        assert each[2].weight.dtype == torch.float64
+        out = each(torch.randn(5, 3, dtype=torch.float64).to("sim:2"))
+        assert out.device == torch.device("sim:2") and each[0].weight.shape == (4, 3)
+
+
+def test_an_uninitialized_parameter_cannot_leave_a_simulated_device_and_says_why():
+    module = nn.LazyLinear(4).to("sim:0")
+    with pytest.raises(RuntimeError, match="cannot move from sim:0 to cpu.*forward pass first"):
+        module.cpu()
+    module(torch.randn(2, 3).to("sim:0"))
+    assert module.cpu().weight.device == torch.device("cpu")  # once initialized, it moves
+
+
+def test_an_uninitialized_buffer_moves_back_and_is_still_refused_where_torch_refuses():
+    module = nn.LazyBatchNorm1d(affine=False).to("sim:0").cpu()
+    assert isinstance(module.running_mean, UninitializedBuffer)
+    assert module.running_mean.device == torch.device("cpu")
+    with pytest.raises(ValueError, match="Attempted to use an uninitialized parameter"):
+        nn.LazyLinear(4).to("sim:0").weight + 1  # torch's own error, unchanged
