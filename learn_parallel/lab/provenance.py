@@ -79,7 +79,9 @@ def file_hashes(names: Iterable[str]) -> dict[str, str]:
     hashes = {}
     for name in sorted(set(names)):
         path = root / name
-        hashes[name] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+        hashes[name] = (
+            hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+        )
     return hashes
 
 
