@@ -26,6 +26,7 @@ from learn_parallel.devices import (
     synchronize,
 )
 from learn_parallel.lab import records
+from learn_parallel.lab.kernels import with_gpu_times
 from learn_parallel.lab.persistent_workers import run_fresh_threads
 from learn_parallel.lab.timing import Hardware, Recorder, Timeline, describe_hardware, step_times_ms
 from learn_parallel.parallel_apply import parallel_apply
@@ -240,12 +241,16 @@ def parallel_apply_timeline(devices: Sequence[DeviceLike] | None = None) -> Time
     ids = [d.index for d in devs]
     pieces = scatter(torch.randn(4096, 256, device=source), ids)
     replicas = replicate(net, ids, detach=True)
-    with torch.no_grad():
-        parallel_apply(replicas, pieces)  # warm up: first kernels, worker threads
+
+    def record() -> Timeline:
         with Recorder(devices=devs) as rec:
             for _ in rec.steps(3):
                 parallel_apply(replicas, pieces)
-    return rec.timeline()
+        return rec.timeline()
+
+    with torch.no_grad():
+        parallel_apply(replicas, pieces)  # warm up: first kernels, worker threads
+        return with_gpu_times(record)
 
 
 def training_timeline(devices: Sequence[DeviceLike] | None = None) -> Timeline:
@@ -257,19 +262,23 @@ def training_timeline(devices: Sequence[DeviceLike] | None = None) -> Timeline:
     wrapped = DataParallel(net, [d.index for d in devs])
     opt = torch.optim.SGD(wrapped.parameters(), lr=0.01)
     x, y = torch.randn(4096, 512, device=source), torch.randn(4096, 512, device=source)
-    with Recorder(devices=devs) as rec:
-        for _ in rec.steps(4):  # the plots show the last step; the first warms up
-            out = wrapped(x)
-            # The loss and the optimizer step run on the first device only (the output
-            # is gathered there and the parameters live there); backward runs everywhere.
-            with rec.phase("loss", devs[0]):
-                loss = nn.functional.mse_loss(out, y)
-            with rec.phase("backward"):
-                loss.backward()
-            with rec.phase("optimizer", devs[0]):
-                opt.step()
-                opt.zero_grad()
-    return rec.timeline()
+
+    def record() -> Timeline:
+        with Recorder(devices=devs) as rec:
+            for _ in rec.steps(4):  # the plots show the last step; the first warms up
+                out = wrapped(x)
+                # The loss and the optimizer step run on the first device only (the output
+                # is gathered there and the parameters live there); backward runs everywhere.
+                with rec.phase("loss", devs[0]):
+                    loss = nn.functional.mse_loss(out, y)
+                with rec.phase("backward"):
+                    loss.backward()
+                with rec.phase("optimizer", devs[0]):
+                    opt.step()
+                    opt.zero_grad()
+        return rec.timeline()
+
+    return with_gpu_times(record)
 
 
 def _counts(devs: Sequence[Device]) -> list[int]:

@@ -57,7 +57,7 @@ def _phases_in(timeline: Timeline) -> list[str]:
 
 def _clock_note(timeline: Timeline) -> str:
     if timeline.hardware.device_type == "cuda":
-        return "GPU rows: CUDA events; host row: when Python issued the work"
+        return "GPU rows: CUDA event pairs (waits for launches included); host row: Python"
     if any(r.phase == "replica backward" for r in timeline.records):
         # CPU autograd runs every replica's backward in the calling thread, in turn.
         return "host clock; one autograd thread runs every replica's backward"
@@ -96,12 +96,18 @@ def plot_timeline(
                 ax.barh(
                     y, r.duration_ms, left=r.start_ms - origin, height=0.6, color=_color(r.phase)
                 )
+                if r.gpu_ms is not None:  # how much of the bar the GPU computed or copied
+                    ax.barh(y + 0.22, r.gpu_ms, left=r.start_ms - origin, height=0.16, color="k")
     ax.set_yticks(range(len(rows)), rows)
     ax.set_ylim(len(rows) - 0.5, -0.5)  # first device on top, half a bar of room around
     ax.set_xlabel("time since the step began (ms)")
     ax.grid(axis="x", alpha=0.3)
     handles = [plt.Rectangle((0, 0), 1, 1, color=_color(p)) for p in phases]
-    ax.legend(handles, phases, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    labels = list(phases)
+    if any(r.gpu_ms is not None for r in records):
+        handles.append(plt.Rectangle((0, 0), 1, 1, color="k"))
+        labels.append("GPU work in the bar\n(kernels, copies;\ntorch.profiler)")
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
     hw = timeline.hardware.label()
     what = title or "One training step, per device"
     ax.set_title(f"{what}\n{hw}; {_clock_note(timeline)}", fontsize=10)

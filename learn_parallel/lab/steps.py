@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from learn_parallel.devices import Device, device_type
-from learn_parallel.lab.timing import Recorder, phase
+from learn_parallel.lab.kernels import with_gpu_times
+from learn_parallel.lab.timing import Recorder, Timeline, phase
 from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
 
 
@@ -93,11 +94,16 @@ def make_step(
 
 
 def record_timeline(step: Callable[[], Any], devices: Sequence[Device], steps: int) -> dict:
-    """``steps`` more calls of ``step`` recorded per device (`Recorder`), as JSON-ready data."""
-    with Recorder(devices=devices) as recorder:
-        for _ in recorder.steps(steps):
-            step()
-    return recorder.timeline().to_dict()
+    """``steps`` more calls of ``step`` recorded per device (`Recorder`), as JSON-ready data;
+    on GPUs each bar also carries the GPU time inside it (`lab.kernels`)."""
+
+    def record() -> Timeline:
+        with Recorder(devices=devices) as recorder:
+            for _ in recorder.steps(steps):
+                step()
+        return recorder.timeline()
+
+    return with_gpu_times(record).to_dict()
 
 
 @contextmanager

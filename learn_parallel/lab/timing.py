@@ -64,6 +64,7 @@ class PhaseRecord:
     start_ms: float
     end_ms: float
     step: int
+    gpu_ms: float | None = None  # the device's kernels and copies inside the bar (lab.kernels)
 
     @property
     def duration_ms(self) -> float:
@@ -132,6 +133,7 @@ class Timeline:
     hardware: Hardware
     records: list[PhaseRecord]
     clocks: dict[str, str]  # row -> "cuda-event" or "host"
+    origin_s: float = 0.0  # time.perf_counter() at 0 ms
 
     def devices(self) -> list[str]:
         """Rows in display order: the host row first, then devices by index."""
@@ -153,6 +155,7 @@ class Timeline:
             "hardware": asdict(self.hardware),
             "clocks": dict(self.clocks),
             "records": [asdict(r) for r in self.records],
+            "origin_s": self.origin_s,
         }
 
     @classmethod
@@ -161,6 +164,7 @@ class Timeline:
             hardware=Hardware.from_dict(data["hardware"]),
             records=[PhaseRecord(**r) for r in data["records"]],
             clocks=dict(data["clocks"]),
+            origin_s=data.get("origin_s", 0.0),
         )
 
 
@@ -342,7 +346,7 @@ class Recorder:
             {d for *_, d in pending if d is not None} | set(self.devices),
             key=lambda d: d.index or 0,
         )
-        result = Timeline(describe_hardware(hardware_devices), records, clocks)
+        result = Timeline(describe_hardware(hardware_devices), records, clocks, self._t0)
         with self._lock:
             self._timeline = result
         return result

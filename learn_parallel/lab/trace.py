@@ -51,21 +51,21 @@ def chrome_trace(path: str | Path) -> Iterator[Any]:
     """Profile the body (CPU, and CUDA where there is a GPU); write the trace to ``path``."""
     path = Path(path)
     prof = profiler()
-    with _quiet_stderr():
+    with quiet_stderr():
         prof.start()
     try:
         yield prof
         if torch.cuda.is_available():
             torch.cuda.synchronize()  # the kernels of the last step belong in the trace
     finally:
-        with _quiet_stderr():
+        with quiet_stderr():
             prof.stop()
     path.parent.mkdir(parents=True, exist_ok=True)
     prof.export_chrome_trace(str(path))
 
 
 @contextmanager
-def _quiet_stderr() -> Iterator[None]:
+def quiet_stderr() -> Iterator[None]:
     """Drop what C++ writes to the process's stderr meanwhile (Kineto's start/stop lines)."""
     sys.stderr.flush()
     saved = os.dup(2)
