@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from learn_parallel.devices import Device, device_count, resolve_device_ids
+from learn_parallel.lab import provenance
 
 
 def driver_parser(
@@ -41,9 +42,10 @@ def first_devices(count: int) -> list[Device]:
 
 
 def write_record(out: Path, name: str, report: dict[str, Any]) -> Path:
-    """Write ``report`` as ``out/name`` (JSON) and say where."""
+    """Write ``report`` as ``out/name`` (JSON), stamped with where it came from and the hashes
+    of the files it measured (`learn_parallel.lab.provenance`), and say where."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / name
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    path.write_text(json.dumps(provenance.stamp(report, name), indent=1) + "\n")
     print(f"wrote {path}")
     return path

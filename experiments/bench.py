@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import shlex
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments import write_record
 from learn_parallel.lab import bench
 from learn_parallel.lab.workloads import CONV_MODELS
 
@@ -185,21 +184,6 @@ def progress_line(done: int, total: int, what: str) -> None:
     print(f"[{done + 1}/{total}] {what} ...", file=sys.stderr, flush=True)
 
 
-def git_commit() -> dict[str, Any] | None:
-    """The clone's commit and whether its tree had changes; None outside a git checkout."""
-    try:
-        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], **_QUIET)
-        status = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain"], **_QUIET)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if head.returncode != 0:
-        return None
-    return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
-
-
-_QUIET: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 10}
-
-
 def write_plots(report: dict[str, Any], out: Path) -> list[str]:
     """Scaling, step time, timeline and phase plots per group, where they have data."""
     import matplotlib
@@ -282,10 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = bench.run(
         settings_from_args(args), command, None if args.no_progress else progress_line
     )
-    report["meta"]["git"] = git_commit()
     args.out.mkdir(parents=True, exist_ok=True)
     report["plots"] = [] if args.no_plots else write_plots(report, args.out)
-    (args.out / "bench.json").write_text(json.dumps(report, indent=1))
+    write_record(args.out, "bench.json", report)
     print(summary_table(report))
     if report["meta"]["cpu_threads"]:
         print(report["meta"]["cpu_threads"])

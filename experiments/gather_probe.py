@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from experiments import driver_parser, write_record
-from learn_parallel.lab import records
+from learn_parallel.lab import provenance
 from learn_parallel.lab.gather_probe import probe
 
 
@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = driver_parser("experiments.gather_probe", __doc__, "gather_probe.json")
     args = parser.parse_args(argv)
     report = {
-        **records.run_metadata(shlex.join(["python", "-m", "experiments.gather_probe", *argv])),
+        **provenance.run_metadata(shlex.join(["python", "-m", "experiments.gather_probe", *argv])),
         "gpus": torch.cuda.device_count(),
         "source": source_lines(),
         "cases": probe(),

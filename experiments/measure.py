@@ -22,7 +22,7 @@ from typing import Any
 
 from experiments import driver_parser, write_record
 from learn_parallel.devices import Device, device_count, resolve_device_ids
-from learn_parallel.lab import measure, records
+from learn_parallel.lab import measure, provenance
 from learn_parallel.lab.timing import Timeline, describe_hardware
 
 MEASUREMENTS: dict[str, Callable[[Sequence[Device]], measure.Measurement | None]] = {
@@ -46,7 +46,7 @@ def record_all(devices: Sequence[Device], command: str = "", progress: bool = Tr
     """Run every chapter's measurement on ``devices``; a dict ready for chapters.json."""
     report: dict[str, Any] = {
         "schema": "learn_parallel.lab.measure/1",
-        **records.run_metadata(command),
+        **provenance.run_metadata(command),
         "python_version": platform.python_version(),
         "hardware": describe_hardware(devices).label(clock=True),
         "measurements": {},

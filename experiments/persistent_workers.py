@@ -50,7 +50,7 @@ from torch import nn
 import learn_parallel as lp
 from experiments import driver_parser, first_devices, write_record
 from learn_parallel.devices import Device, synchronize
-from learn_parallel.lab import records
+from learn_parallel.lab import provenance
 from learn_parallel.lab.persistent_workers import (
     PersistentThreads,
     job_of,
@@ -228,7 +228,7 @@ def run(devices: Sequence[Device], steps: int, out: Path, profile: bool = True) 
     table = workloads_for(devices)
     report: dict[str, Any] = {
         "hardware": describe_hardware(devices).__dict__,
-        **records.run_metadata(""),  # main fills in its command line
+        **provenance.run_metadata(""),  # main fills in its command line
         "steps": steps,
         "runs": [],
     }

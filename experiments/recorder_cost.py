@@ -36,7 +36,7 @@ import torch
 from experiments import driver_parser, first_devices, write_record
 from experiments.timeline_check import make_step, workloads_for
 from learn_parallel.devices import Device
-from learn_parallel.lab import records
+from learn_parallel.lab import provenance
 from learn_parallel.lab.timing import Recorder, describe_hardware, step_times_ms
 from learn_parallel.lab.trace import profiler
 
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = workloads_for(devices)
     report: dict[str, Any] = {
         "hardware": describe_hardware(devices).to_dict(),
-        **records.run_metadata(shlex.join(["python", "-m", "experiments.recorder_cost", *argv])),
+        **provenance.run_metadata(shlex.join(["python", "-m", "experiments.recorder_cost", *argv])),
         "workloads": {},
     }
     for name in args.workloads.split(","):

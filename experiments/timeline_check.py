@@ -32,7 +32,7 @@ import torch
 from experiments import driver_parser, first_devices, write_record
 from learn_parallel import DataParallel
 from learn_parallel.devices import Device
-from learn_parallel.lab import records
+from learn_parallel.lab import provenance
 from learn_parallel.lab.steps import make_step as make_training_step
 from learn_parallel.lab.timing import Recorder, describe_hardware, step_spans, step_times_ms
 from learn_parallel.lab.workloads import Workload, standard_workloads
@@ -116,7 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = workloads_for(devices)
     report: dict[str, Any] = {
         "hardware": describe_hardware(devices).__dict__,
-        **records.run_metadata(shlex.join(["python", "-m", "experiments.timeline_check", *argv])),
+        **provenance.run_metadata(
+            shlex.join(["python", "-m", "experiments.timeline_check", *argv])
+        ),
         "clock_alignment": clock_alignment(devices),
         "workloads": {},
     }

@@ -26,7 +26,7 @@ from learn_parallel.devices import (
     device_type,
     resolve_device_ids,
 )
-from learn_parallel.lab import records
+from learn_parallel.lab import provenance
 from learn_parallel.lab.ddp_timeline import choose_backend, time_ddp
 from learn_parallel.lab.processes import NCCL_ENV, RankFailed, share, use_nccl_settings
 from learn_parallel.lab.steps import (
@@ -328,7 +328,7 @@ def _count_on_meta(workload: Workload, seed: int) -> int:
 def _metadata(settings: Settings, command: str, seconds: float, threads: str) -> dict[str, Any]:
     used = resolve_device_ids(list(range(max(settings.devices))))
     return {
-        **records.run_metadata(command),
+        **provenance.run_metadata(command),
         "hardware": describe_hardware(used).to_dict(),
         "cudnn_version": torch.backends.cudnn.version() if on_gpus() else None,
         "settings": {

@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import device_count, resolve_device_ids
-from learn_parallel.lab import records, spread
+from learn_parallel.lab import provenance, spread
 from learn_parallel.lab.processes import rank_device, rank_step_times, run_ranks, share
 from learn_parallel.lab.steps import make_step, record_timeline, train_step
 from learn_parallel.lab.timing import Hardware, Recorder, Timeline, phase, step_times_ms
@@ -186,7 +186,7 @@ def compare(
     hardware = Hardware(kind, world, names, torch.__version__, torch.version.cuda)
     report: dict[str, Any] = {
         "schema": SCHEMA,
-        **records.run_metadata(""),  # the driver fills in its command line
+        **provenance.run_metadata(""),  # the driver fills in its command line
         "backend": backend,
         "world": world,
         "hardware": asdict(hardware),

@@ -36,7 +36,7 @@ from learn_parallel.devices import (
     resolve_device_ids,
     synchronize,
 )
-from learn_parallel.lab import records
+from learn_parallel.lab import provenance
 from learn_parallel.lab.bench import Group, Settings, make_step, record_timeline, run_ddp
 from learn_parallel.lab.timing import describe_hardware, step_times_ms
 from learn_parallel.lab.workloads import Workload, build_model, standard_workloads
@@ -210,7 +210,7 @@ def run(
     report = {
         "schema": SCHEMA,
         "set": which,
-        **records.run_metadata(command),
+        **provenance.run_metadata(command),
         "hardware": hardware.__dict__ | {"label": hardware.label()},
         "workloads": {w.kind: {**w.to_dict(), "title": w.describe()} for w in workloads},
         "timing": f"median of {steps} steps after {warmup} warm-up steps, each ended by a "

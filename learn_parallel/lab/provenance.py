@@ -111,8 +111,8 @@ def machine() -> str:
     return f"{platform.processor() or platform.machine()}, {cores}, no GPU"
 
 
-def stamp(command: str, recording: str) -> dict[str, Any]:
-    """What a recording named ``recording`` (a key of `MEASURED`) carries about its making."""
+def run_metadata(command: str) -> dict[str, Any]:
+    """When, on what, from which commit and by which command a recording was made."""
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
         "commit": commit(),
@@ -123,7 +123,15 @@ def stamp(command: str, recording: str) -> dict[str, Any]:
         "cudnn_version": cudnn,
         "python_version": platform.python_version(),
         "command": command,
-        "measured": file_hashes(MEASURED[recording]),
+    }
+
+
+def stamp(report: dict[str, Any], recording: str) -> dict[str, Any]:
+    """``report`` with its run metadata and the hashes of what it measured (`MEASURED`)."""
+    command = report.get("command") or report.get("meta", {}).get("command") or ""
+    metadata = run_metadata(command)
+    return {**report, **{k: v for k, v in metadata.items() if k not in report}} | {
+        "measured": file_hashes(MEASURED[recording])
     }
 
 

@@ -9,14 +9,11 @@ or in a subfolder named after it (``ladder/ladder.json``): `recorded_file` looks
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
-
-import torch
 
 DATA_ENV = "LEARN_PARALLEL_DATA"
 
@@ -58,12 +55,3 @@ def load_json(name: str, machine: str = "h200-x2") -> dict[str, Any] | None:
             "skipped, the live ones still run (book/data/record_gpu_runs.sh records it)."
         )
     return data
-
-
-def run_metadata(command: str) -> dict[str, Any]:
-    """When, with what and by which command a recording was made (each adds its hardware)."""
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": command,
-        "torch_version": torch.__version__,
-    }

@@ -2,7 +2,7 @@
 
 * bad input (a bad ``LEARN_PARALLEL_SIMULATED_DEVICES``, more devices than exist): usage,
   then one ``error:`` line that names the fix; no traceback; exit 2. ``demo --devices 9``
-  says what the benchmark says (tests/experiments/test_bench.py): neither silently
+  says what the benchmark says (tests/experiments/test_bench_cli.py): neither silently
   simulates more devices than are set up.
 * ``--help`` says in one sentence what the command does, and shows no backticks.
 * the classroom's ``track`` outside a clone, with no chapters installed, says what to fetch.
