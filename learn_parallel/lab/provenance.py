@@ -105,9 +105,13 @@ def commit() -> str | None:
 def machine() -> str:
     """The machine as its hardware names itself: ``2 x NVIDIA H200, 32 CPU cores``."""
     cores = f"{os.cpu_count()} CPU cores"
-    if torch.cuda.is_available() and torch.cuda.device_count():
-        names = sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())})
-        return f"{torch.cuda.device_count()} x {' + '.join(names)}, {cores}"
+    try:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        names = sorted({torch.cuda.get_device_name(i) for i in range(count)})
+    except (AssertionError, RuntimeError):  # a torch built without CUDA, told it has GPUs
+        names = []
+    if names:
+        return f"{count} x {' + '.join(names)}, {cores}"
     return f"{platform.processor() or platform.machine()}, {cores}, no GPU"
 
 
