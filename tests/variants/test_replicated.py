@@ -1,0 +1,215 @@
+"""ReplicatedStep's rungs on simulated devices, in float64, against one-device training.
+
+The reference is one device run with DDP's semantics: the batch split into one
+piece per device, each piece through the model (BatchNorm normalising per piece,
+as on each replica), the loss averaged over the pieces (or, with gathered outputs,
+one loss over the whole batch), and the buffers that replica 0's piece left behind
+(DDP broadcasts rank 0's buffers before every forward). Every rung must match it,
+step by step: losses, then weights and buffers after three SGD steps with momentum
+(tolerance as in test_equivalence.py); and every replica must hold bit-identical
+weights, as DDP's ranks do. CUDA graphs are tested in tests/gpu/test_gpu_replicated.py.
+"""
+
+import gc
+import importlib
+import weakref
+
+import pytest
+import torch
+from _training import TOL
+from torch import nn
+
+from learn_parallel.devices import resolve_device_ids
+from learn_parallel.variants import ReplicatedStep, split_batch
+
+RUNGS = {
+    "own_optimizers": {"overlap": False, "per_device_inputs": False},
+    "overlap_all_reduce": {"overlap": True, "per_device_inputs": False},
+    "per_device_inputs": {"overlap": True, "per_device_inputs": True},
+}
+LR, MOMENTUM, STEPS = 0.1, 0.9, 3
+loss_fn = nn.functional.cross_entropy
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
+
+
+def net(batch_norm=True):
+    torch.manual_seed(0)
+    norm = [nn.BatchNorm1d(16)] if batch_norm else []
+    return nn.Sequential(nn.Linear(6, 16), *norm, nn.ReLU(), nn.Linear(16, 3)).double()
+
+
+def batches(n=12):
+    g = torch.Generator().manual_seed(1)
+    return [
+        (torch.randn(n, 6, generator=g, dtype=torch.double), torch.randint(0, 3, (n,), generator=g))
+        for _ in range(STEPS)
+    ]
+
+
+def one_device(count, gathered, batch_norm=True):
+    """The reference: one model, the pieces one after another, rank 0's buffers kept."""
+    model = net(batch_norm)
+    optimizer = sgd(model.parameters())
+    losses = []
+    for x, y in batches():
+        optimizer.zero_grad()
+        outputs, piece_losses, kept = [], [], []
+        for xi, yi in split_batch((x, y), count):
+            outputs.append(model(xi))
+            piece_losses.append(loss_fn(outputs[-1], yi))
+            kept = kept or [b.clone() for b in model.buffers()]  # after replica 0's piece
+        loss = loss_fn(torch.cat(outputs), y) if gathered else sum(piece_losses) / count
+        loss.backward()
+        with torch.no_grad():
+            for buffer, value in zip(model.buffers(), kept):
+                buffer.copy_(value)
+        optimizer.step()
+        losses.append(loss.detach())
+    return model, losses
+
+
+def replicated(devices, batch_norm=True, **switches):
+    model = net(batch_norm).to(resolve_device_ids(devices)[0].torch_device)
+    step = ReplicatedStep(model, sgd, loss_fn, devices, bucket_mb=0.0005, **switches)
+    losses = []
+    for x, y in batches():
+        if switches.get("per_device_inputs", True):
+            per_device = step(split_batch((x, y), len(devices)))
+            losses.append(sum(loss.cpu() for loss in per_device) / len(devices))
+        else:
+            losses.append(step((x, y)).cpu())
+    return step, model, losses
+
+
+def assert_like_one_device(step, model, losses, reference, reference_losses):
+    for got, expected in zip(losses, reference_losses, strict=True):
+        torch.testing.assert_close(got, expected, **TOL)
+    expected_state = reference.state_dict()
+    for name, tensor in model.state_dict().items():  # weights and BatchNorm buffers
+        torch.testing.assert_close(tensor.cpu(), expected_state[name], **TOL, msg=name)
+    for replica in step.replicas[1:]:  # DDP's ranks stay bit-identical: so do the replicas
+        for mine, first in zip(replica.parameters(), model.parameters(), strict=True):
+            assert torch.equal(mine.cpu(), first.cpu())
+
+
+@pytest.mark.parametrize("rung", list(RUNGS))
+@pytest.mark.parametrize("devices", [[0, 1], [0, 1, 2, 3], [2, 0, 3]])
+def test_rung_trains_like_one_device_with_ddps_buffers(rung, devices):
+    step, model, losses = replicated(devices, **RUNGS[rung])
+    gathered = not RUNGS[rung]["per_device_inputs"]
+    assert_like_one_device(step, model, losses, *one_device(len(devices), gathered))
+
+
+def test_without_batchnorm_it_is_plain_one_device_training():
+    step, model, losses = replicated([0, 1, 2], batch_norm=False)
+    reference = net(batch_norm=False)
+    optimizer = sgd(reference.parameters())
+    expected = []
+    for x, y in batches():
+        optimizer.zero_grad()
+        loss = loss_fn(reference(x), y)
+        loss.backward()
+        optimizer.step()
+        expected.append(loss.detach())
+    assert_like_one_device(step, model, losses, reference, expected)
+
+
+def test_every_replica_starts_each_forward_from_replica_0s_buffers():
+    seen = {True: [], False: []}
+    for broadcast in (True, False):
+        step, _, _ = replicated([0, 1, 2], broadcast_buffers=broadcast)
+        for replica in step.replicas:
+            replica[1].register_forward_pre_hook(
+                lambda m, _, on=seen[broadcast]: on.append(m.running_mean.cpu().clone())
+            )
+        for x, y in batches():
+            step(split_batch((x, y), 3))
+    # Three replicas per step, in any order: with the broadcast the three agree every time.
+    for step_seen in zip(*[iter(seen[True])] * 3):
+        assert all(torch.equal(s, step_seen[0]) for s in step_seen)
+    # Without it each replica keeps its own statistics: they drift apart.
+    assert not all(torch.equal(s, seen[False][-3]) for s in seen[False][-3:])
+
+
+def test_buckets_are_all_reduced_inside_backward_only_with_overlap():
+    step, _, _ = replicated([0, 1], overlap=True)
+    assert len(step.buckets.buckets) >= 2
+    assert step.buckets.launched_in_backward == STEPS * len(step.buckets.buckets)
+    step, _, _ = replicated([0, 1], overlap=False)
+    assert len(step.buckets.buckets) == 1 and step.buckets.launched_in_backward == 0
+
+
+def test_replicas_own_their_weights_optimizers_and_gradient_buckets():
+    step, model, _ = replicated([0, 1, 2])
+    assert step.replicas[0] is model
+    for replica, optimizer, device in zip(step.replicas, step.optimizers, step.devices):
+        params = list(replica.parameters())
+        assert all(p.device == device.torch_device for p in params)
+        momentum = [optimizer.state[p]["momentum_buffer"] for p in params]
+        assert all(m.device == device.torch_device for m in momentum)
+    # Every .grad is still a view of its bucket's flat tensor: autograd accumulated in place.
+    for bucket in step.buckets.buckets:
+        for flats, replica in zip(step._grads[id(bucket)], step.replicas):
+            params = [p for p in replica.parameters() if p.requires_grad]
+            for i in bucket.positions:
+                assert params[i].grad.untyped_storage().data_ptr() == flats.data_ptr()
+
+
+def test_per_device_inputs_scatter_and_gather_nothing(monkeypatch):
+    module = importlib.import_module("learn_parallel.variants.replicated")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("per_device_inputs=True went through device 0")
+
+    monkeypatch.setattr(module, "scatter_kwargs", refuse)
+    monkeypatch.setattr(module, "gather", refuse)
+    step, model, losses = replicated([0, 1], per_device_inputs=True)
+    assert_like_one_device(step, model, losses, *one_device(2, gathered=False))
+
+
+def test_frozen_parameter_stays_and_an_unused_one_is_refused():
+    model = net().to(resolve_device_ids([0, 1])[0].torch_device)
+    model[0].weight.requires_grad_(False)
+    before = model[0].weight.detach().clone()
+    step = ReplicatedStep(model, sgd, loss_fn, [0, 1])
+    step(split_batch(batches()[0], 2))
+    assert torch.equal(model[0].weight, before) and model[0].weight.grad is None
+
+    class Unused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.unused = nn.Linear(6, 3).double(), nn.Linear(6, 3).double()
+
+        def forward(self, x):
+            return self.used(x)
+
+    step = ReplicatedStep(Unused().to(model[0].weight.device), sgd, loss_fn, [0, 1])
+    with pytest.raises(RuntimeError, match="got no gradient in this backward"):
+        step(split_batch(batches()[0], 2))
+
+
+def test_bad_input_is_refused_with_the_fix():
+    on = resolve_device_ids([0, 1])[0].torch_device
+    step = ReplicatedStep(net().to(on), sgd, loss_fn, [0, 1])
+    with pytest.raises(ValueError, match=r"piece per device, 2 in all, but got 2 items \(Tensor"):
+        step(batches()[0])
+    with pytest.raises(ValueError, match="which need CUDA GPUs; these devices are simulated"):
+        ReplicatedStep(net().to(on), sgd, loss_fn, [0, 1], cuda_graphs=True)
+    model = net().to(on)
+    with pytest.raises(ValueError, match="over the parameters it is given"):
+        ReplicatedStep(model, lambda _: sgd(model.parameters()), loss_fn, [0, 1])
+    frozen = net().to(on).requires_grad_(False)
+    with pytest.raises(ValueError, match="nothing to train"):
+        ReplicatedStep(frozen, sgd, loss_fn, [0, 1])
+
+
+def test_a_model_that_outlives_its_step_keeps_no_replica_alive():
+    step, model, _ = replicated([0, 1])
+    replica = weakref.ref(step.replicas[1])
+    del step
+    gc.collect()
+    assert replica() is None
+    model(torch.randn(4, 6, dtype=torch.double, device=model[0].weight.device)).sum().backward()
