@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from learn_parallel.devices import Device
+from learn_parallel.phases import phase
 from learn_parallel.variants.fast_replicas import KeptReplicas
 
 
@@ -210,16 +211,17 @@ class StepGraphs:
                 f"{[tuple(t.shape for t in p) for p in self.inputs]}, but this step's are "
                 f"{shapes}. Keep every batch the same size (DataLoader(drop_last=True))."
             )
-        for own, piece in zip(self.inputs, pieces):
-            for tensor, new in zip(own, piece):
-                tensor.copy_(new, non_blocking=True)
+        with phase("scatter"):
+            for own, piece in zip(self.inputs, pieces):
+                for tensor, new in zip(own, piece):
+                    tensor.copy_(new, non_blocking=True)
         before()
         for device, (backward, _) in zip(self.devices, self.graphs):
-            with torch.cuda.device(device.index):
+            with torch.cuda.device(device.index), phase("forward+backward graph", device):
                 backward.replay()
         between()
         for device, (_, step) in zip(self.devices, self.graphs):
-            with torch.cuda.device(device.index):
+            with torch.cuda.device(device.index), phase("optimizer graph", device):
                 step.replay()
         return tuple(loss.detach().clone() for loss in self.losses)
 

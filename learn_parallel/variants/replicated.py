@@ -192,7 +192,7 @@ class ReplicatedStep:
 
     def _all_reduce_rest(self) -> None:
         """Between the graphs: every bucket, one after another, on the current streams."""
-        with self._launch:
+        with self._launch, phase("all-reduce"):
             for flats in self._grads.values():
                 all_reduce_across(flats)
 
