@@ -83,3 +83,32 @@ def _copy(obj):
     if isinstance(obj, dict):
         return {key: _copy(value) for key, value in obj.items()}
     return [_copy(value) for value in obj]
+
+
+def train_like_ddp(model, batches, count: int, loss_fn, optimizer, gathered: bool = False):
+    """One-device training with DDP's semantics over ``count`` devices; returns the losses.
+
+    Each batch is split into ``count`` pieces (``split_batch``), each run through the
+    model (BatchNorm normalises per piece, as on each replica); the loss is the mean of
+    the pieces' losses (``gathered``: one loss over the joined outputs); after the step
+    the buffers are those the first piece left (DDP broadcasts rank 0's before every
+    forward, so the other ranks' updates never last).
+    """
+    from learn_parallel.variants import split_batch
+
+    losses = []
+    for x, y in batches:
+        optimizer.zero_grad()
+        outputs, piece_losses, kept = [], [], []
+        for xi, yi in split_batch((x, y), count):
+            outputs.append(model(xi))
+            piece_losses.append(loss_fn(outputs[-1], yi))
+            kept = kept or [b.clone() for b in model.buffers()]  # after replica 0's piece
+        loss = loss_fn(torch.cat(outputs), y) if gathered else sum(piece_losses) / count
+        loss.backward()
+        with torch.no_grad():
+            for buffer, value in zip(model.buffers(), kept):
+                buffer.copy_(value)
+        optimizer.step()
+        losses.append(loss.detach())
+    return losses

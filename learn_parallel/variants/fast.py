@@ -112,7 +112,6 @@ class FastDataParallel(nn.Module):
         with phase("gather"):
             return gather(outputs, self.output_device, dim=self.dim)
 
-    # [finish-backward]
     def _queue_finish(self) -> None:
         # Called from inside backward, at its first gradient: run _finish once it is over,
         # as DDP does.
@@ -124,8 +123,6 @@ class FastDataParallel(nn.Module):
             self.sums.sum(bucket)
         self.sums.after_backward()
         self._clear_replica_grads()
-
-    # [finish-backward]
 
     def _clear_replica_grads(self) -> None:
         for params in self.kept.replica_params:

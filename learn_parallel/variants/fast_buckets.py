@@ -131,7 +131,6 @@ def _counter(owner: weakref.ref, bucket: Bucket, replica: int) -> Callable[[torc
 # [buckets]
 
 
-# [sum-onto-source]
 class SumOntoSource:
     """A bucket's gradients summed over the replicas into the original parameters' ``.grad``.
 
@@ -207,6 +206,3 @@ class SumOntoSource:
                 original.grad = view
             else:
                 original.grad.add_(view)
-
-
-# [sum-onto-source]

@@ -57,7 +57,6 @@ def capture_stream_on(index: int) -> Iterator[None]:
         torch.cuda.graph.default_capture_stream = previous
 
 
-# [replica-graphs]
 class ReplicaGraphs:
     """Every kept replica's forward and backward, captured once and then replayed."""
 
@@ -111,10 +110,6 @@ class ReplicaGraphs:
         self.shapes = shapes
 
 
-# [replica-graphs]
-
-
-# [step-graphs]
 class StepGraphs:
     """Per device, two CUDA graphs of one training step, replayed from this one thread.
 
@@ -224,6 +219,3 @@ class StepGraphs:
             with torch.cuda.device(device.index), phase("optimizer graph", device):
                 step.replay()
         return tuple(loss.detach().clone() for loss in self.losses)
-
-
-# [step-graphs]

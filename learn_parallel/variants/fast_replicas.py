@@ -41,7 +41,6 @@ def move_into_flat(tensors: Sequence[torch.Tensor], device: torch.device) -> tor
 # [flat-layout]
 
 
-# [kept-replicas]
 class KeptReplicas:
     """One clone of ``module`` per device, its parameters and buffers in flat buffers.
 
@@ -111,6 +110,3 @@ class KeptReplicas:
                 "FastDataParallel was built (module.to(), a new Parameter, ...), so its "
                 "kept replicas no longer match. Wrap the module again."
             )
-
-
-# [kept-replicas]

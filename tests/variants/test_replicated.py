@@ -16,7 +16,7 @@ import weakref
 
 import pytest
 import torch
-from _training import TOL
+from _training import TOL, train_like_ddp
 from torch import nn
 
 from learn_parallel.devices import resolve_device_ids
@@ -50,25 +50,10 @@ def batches(n=12):
 
 
 def one_device(count, gathered, batch_norm=True):
-    """The reference: one model, the pieces one after another, rank 0's buffers kept."""
     model = net(batch_norm)
-    optimizer = sgd(model.parameters())
-    losses = []
-    for x, y in batches():
-        optimizer.zero_grad()
-        outputs, piece_losses, kept = [], [], []
-        for xi, yi in split_batch((x, y), count):
-            outputs.append(model(xi))
-            piece_losses.append(loss_fn(outputs[-1], yi))
-            kept = kept or [b.clone() for b in model.buffers()]  # after replica 0's piece
-        loss = loss_fn(torch.cat(outputs), y) if gathered else sum(piece_losses) / count
-        loss.backward()
-        with torch.no_grad():
-            for buffer, value in zip(model.buffers(), kept):
-                buffer.copy_(value)
-        optimizer.step()
-        losses.append(loss.detach())
-    return model, losses
+    return model, train_like_ddp(
+        model, batches(), count, loss_fn, sgd(model.parameters()), gathered
+    )
 
 
 def replicated(devices, batch_norm=True, **switches):
