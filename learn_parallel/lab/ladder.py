@@ -6,8 +6,8 @@ afresh from the same weights and batch, warmed up and timed for ``steps`` steps 
 ended by a synchronize of every device), then DDP runs in its own processes. A row
 keeps each round's median step time (``repeats``) and their minimum, median and
 maximum; the first round also records a few steps per device (a timeline). The ladder
-and libtorch_replicate chapters run it live on small workloads and plot what
-``python -m experiments.ladder`` recorded on GPUs.
+and libtorch_replicate chapters run it live on small workloads and plot the runs recorded
+on GPUs (``ladder.json``, ``clone.json``).
 """
 
 from __future__ import annotations

@@ -34,9 +34,11 @@ class FastDataParallel(nn.Module):
     ``output_device``, ``dim``) plus the rung switches: ``overlap_reduce`` (buckets of
     about ``bucket_mb`` summed during backward; off: one sum per dtype after backward)
     and ``cuda_graphs`` (GPUs only). Gradients reach the original through
-    ``.backward()`` only, as with DDP; the module's tensors must not be replaced after
-    wrapping (checked every step); BatchNorm statistics follow replica 0, as in
-    DataParallel.
+    ``.backward()`` only, as with DDP, and not twice (double backward is refused); one
+    backward per forward (the next forward refreshes the replicas in place, under what
+    backward saved); forward and backward on the same CUDA streams; the module's tensors
+    not replaced after wrapping (checked every step). BatchNorm statistics follow
+    replica 0, as in DataParallel.
     """
 
     def __init__(
