@@ -41,6 +41,23 @@ class SimDevices(Sequence):
         return Device("sim", index % self._count).torch_device
 
 
+def conv_net(batch_norm: bool = False) -> torch.nn.Module:
+    """A small float64 conv net (with BatchNorm if asked), the same weights every call."""
+    from torch import nn
+
+    torch.manual_seed(0)
+    norm = [nn.BatchNorm2d(8)] if batch_norm else []
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        *norm,
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 3),
+    ).double()
+
+
 def assert_same(a, b, tol: dict[str, float] = TOL) -> None:
     """Equal nested structures of tensors (outputs, gradients, parameters) within ``tol``.
 

@@ -13,7 +13,7 @@ import threading
 import _training
 import pytest
 import torch
-from _training import assert_same
+from _training import assert_same, conv_net
 from torch import nn
 
 import learn_parallel as lp
@@ -48,20 +48,6 @@ def _time_limit_and_clean_streams():
     signal.alarm(0)
     signal.signal(signal.SIGALRM, previous)
     assert_default_streams()
-
-
-def conv_net(batch_norm=False):
-    torch.manual_seed(0)
-    norm = [nn.BatchNorm2d(8)] if batch_norm else []
-    return nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1),
-        *norm,
-        nn.ReLU(),
-        nn.Conv2d(8, 8, 3, padding=1),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(8, 3),
-    ).double()
 
 
 def randn(*shape):

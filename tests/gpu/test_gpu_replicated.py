@@ -12,7 +12,7 @@ import json
 
 import pytest
 import torch
-from _training import train_like_ddp
+from _training import conv_net, train_like_ddp
 from torch import nn
 
 from experiments import ladder as record_ladder
@@ -31,17 +31,8 @@ RUNGS = {
 loss_fn = nn.functional.cross_entropy
 
 
-def conv_net():
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1),
-        nn.BatchNorm2d(8),
-        nn.ReLU(),
-        nn.Conv2d(8, 8, 3, padding=1),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(8, 3),
-    ).double()
+def with_batch_norm():
+    return conv_net(batch_norm=True)
 
 
 class SyncsInForward(nn.Module):
@@ -49,7 +40,7 @@ class SyncsInForward(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.net = conv_net()
+        self.net = conv_net(batch_norm=True)
 
     def forward(self, x):
         if x.abs().sum().item() < 0:  # never true: it only makes the host wait
@@ -103,9 +94,9 @@ def assert_like_one_gpu(model, losses, reference, reference_losses):
 
 @pytest.mark.parametrize("rung", list(RUNGS))
 def test_every_rung_matches_one_gpu_with_ddps_buffers(rung):
-    step, model, losses = two_gpus(conv_net, **RUNGS[rung])
+    step, model, losses = two_gpus(with_batch_norm, **RUNGS[rung])
     gathered = not RUNGS[rung]["per_device_inputs"]
-    assert_like_one_gpu(model, losses, *one_gpu(conv_net, gathered))
+    assert_like_one_gpu(model, losses, *one_gpu(with_batch_norm, gathered))
     for mine, first in zip(step.replicas[1].parameters(), model.parameters(), strict=True):
         assert torch.equal(mine.cpu(), first.cpu())  # NCCL gives both GPUs the same sums
     if rung == "step_graphs":
@@ -124,7 +115,7 @@ def test_a_refused_capture_says_why_in_one_line_and_trains_eagerly():
 
 
 def test_graphs_refuse_a_new_input_shape():
-    step, _, _ = two_gpus(conv_net, cuda_graphs=True)
+    step, _, _ = two_gpus(with_batch_norm, cuda_graphs=True)
     x, y = batches()[0]
     with pytest.raises(ValueError, match="drop_last=True"):
         step(split_batch((x[:6], y[:6]), 2))
