@@ -130,12 +130,8 @@ class StepGraphs:
         optimizer: Callable[[int], None],
         warmup: int = 3,
     ) -> None:
-        self.devices, self.eager, self.backward, self.optimizer = (
-            devices,
-            eager,
-            backward,
-            optimizer,
-        )
+        self.devices, self.eager = devices, eager
+        self.backward, self.optimizer = backward, optimizer
         self.warmup, self.calls = warmup, 0
         self.streams = [torch.cuda.Stream(d.index) for d in devices]
         self.refused: str | None = None  # why a capture failed, once one has
@@ -176,6 +172,8 @@ class StepGraphs:
         graphs, losses, device = [], [], self.devices[0]
         try:
             with restored_cuda_streams(self.devices):
+                for d in self.devices:  # nothing queued may still run while a capture is underway
+                    torch.cuda.synchronize(d.index)
                 for k, (device, stream) in enumerate(zip(self.devices, self.streams)):
                     backward, step = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
                     with torch.cuda.device(device.index):

@@ -10,8 +10,10 @@ step by step: losses, then weights and buffers after three SGD steps with moment
 weights, as DDP's ranks do. CUDA graphs are tested in tests/gpu/test_gpu_replicated.py.
 """
 
+import contextlib
 import gc
 import importlib
+import warnings
 import weakref
 
 import pytest
@@ -21,6 +23,7 @@ from torch import nn
 
 from learn_parallel.devices import resolve_device_ids
 from learn_parallel.variants import ReplicatedStep, split_batch
+from learn_parallel.variants.fast_graphs import StepGraphs
 
 RUNGS = {
     "own_optimizers": {"overlap": False, "per_device_inputs": False},
@@ -198,3 +201,104 @@ def test_a_model_that_outlives_its_step_keeps_no_replica_alive():
     gc.collect()
     assert replica() is None
     model(torch.randn(4, 6, dtype=torch.double, device=model[0].weight.device)).sum().backward()
+
+
+class FakeCapture:
+    """Just enough of torch.cuda to run StepGraphs on the CPU: streams log their waits, and a
+    graph captures the callables run inside ``torch.cuda.graph`` (instead of running them),
+    to run them again on each replay."""
+
+    def __init__(self, mp, log):
+        self.log, self.capturing = log, None
+        fake = self
+
+        class Stream:
+            def __init__(self, name):
+                self.name = name
+
+            def wait_stream(self, other):
+                log.append(f"{self.name} waits {other.name}")
+
+        class Graph:
+            def __init__(self):
+                self.work = []
+
+            def pool(self):
+                return None
+
+            def replay(self):
+                for work in self.work:
+                    work()
+
+        @contextlib.contextmanager
+        def graph(g, pool=None, stream=None):
+            fake.capturing = g
+            try:
+                yield
+            finally:
+                fake.capturing = None
+
+        mp.setattr(torch.cuda, "Stream", lambda i: Stream(f"own{i}"))
+        mp.setattr(torch.cuda, "current_stream", lambda i=None: Stream(f"caller{i}"))
+        mp.setattr(torch.cuda, "current_device", lambda: 0)
+        for name in ("set_stream", "set_device", "synchronize"):
+            mp.setattr(torch.cuda, name, lambda *args: None)
+        mp.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+        mp.setattr(torch.cuda, "device", lambda i: contextlib.nullcontext())
+        mp.setattr(torch.cuda, "CUDAGraph", Graph)
+        mp.setattr(torch.cuda, "graph", graph)
+
+    def run(self, what, work):
+        """Run ``work`` now, or, while a graph is captured, record it in that graph."""
+        if self.capturing is None:
+            self.log.append(what)
+            return work()
+        self.capturing.work.append(lambda: (self.log.append(f"replay {what}"), work()))
+        return work()  # a capture gives back the graph's own output tensor
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_step_graphs_warm_up_capture_one_device_at_a_time_then_replay(refuse):
+    log = []
+    devices = resolve_device_ids([0, 1])
+    pieces = [(torch.full((2,), float(k)), torch.zeros(2)) for k in range(2)]
+    with pytest.MonkeyPatch.context() as mp:
+        fake = FakeCapture(mp, log)
+
+        def backward(k, piece):
+            if refuse and k == 1 and fake.capturing is not None:
+                raise RuntimeError("operation not permitted when stream is capturing")
+            return fake.run(f"backward {k}", lambda: piece[0].sum())
+
+        def optimizer(k):
+            fake.run(f"optimizer {k}", lambda: None)
+
+        graphs = StepGraphs(devices, lambda p: log.append("eager") or (), backward, optimizer)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            for _ in range(5):
+                log.append("step")
+                graphs(pieces, lambda: log.append("before"), lambda: log.append("between"))
+            logged = list(log)
+            if not refuse:
+                shorter = [(x[:1], y[:1]) for x, y in pieces]
+                with pytest.raises(ValueError, match="drop_last=True"):
+                    graphs(shorter, lambda: None, lambda: None)
+    steps = " | ".join(" ".join(logged).split("step ")[1:])
+    waits = "own0 waits caller0 own1 waits caller1"
+    back = "caller0 waits own0 caller1 waits own1"
+    if refuse:  # the first device's graphs were captured, the second refused: all eager
+        assert steps.split(" | ") == [f"{waits} eager {back} "] * 4 + [f"{waits} eager {back}"]
+        (message,) = [str(w.message) for w in said]
+        assert message.startswith("ReplicatedStep(cuda_graphs=True): capturing the step on sim:1")
+        assert "(RuntimeError: operation not permitted" in message and "\n" not in message
+        assert graphs.refused and not graphs.graphs
+        return
+    assert not said
+    replay = (
+        "before replay backward 0 replay backward 1 between replay optimizer 0 replay optimizer 1"
+    )
+    assert steps.split(" | ")[:3] == [f"{waits} eager {back} "] * 3
+    assert steps.split(" | ")[3:] == [f"{waits} {replay} {back} "] * 1 + [
+        f"{waits} {replay} {back}"
+    ]
