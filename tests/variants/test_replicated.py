@@ -302,3 +302,22 @@ def test_step_graphs_warm_up_capture_one_device_at_a_time_then_replay(refuse):
     assert steps.split(" | ")[3:] == [f"{waits} {replay} {back} "] * 1 + [
         f"{waits} {replay} {back}"
     ]
+
+
+def test_what_the_graphs_hold_trains_like_one_device_in_the_replay_order():
+    # A replay runs exactly these parts, in this order; here they run eagerly on the CPU.
+    model = net().to(resolve_device_ids([0, 1, 2])[0].torch_device)
+    step = ReplicatedStep(model, sgd, loss_fn, [0, 1, 2], bucket_mb=0.0005)
+    losses = []
+    for x, y in batches():
+        pieces = [
+            tuple(t.to(d.torch_device) for t in piece)
+            for piece, d in zip(split_batch((x, y), 3), step.devices)
+        ]
+        step._sync_buffers()
+        per_device = [step._device_backward(k, piece) for k, piece in enumerate(pieces)]
+        step._all_reduce_rest()
+        for k in range(3):
+            step._optimizer_step(k)
+        losses.append(sum(loss.detach().cpu() for loss in per_device) / 3)
+    assert_like_one_device(step, model, losses, *one_device(3, gathered=False))
