@@ -27,7 +27,9 @@ from learn_parallel.lab.workloads import Workload, build_model, loss_function, m
 from learn_parallel.variants.fast_graphs import restored_cuda_streams
 
 GRAPH_WARMUP = 11  # "at least 11 DDP-enabled eager iterations before capture"
-CAPTURE_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"}  # step 1 of the notes, before the group
+# Step 1 of the notes, before the process group starts: they name the variable
+# NCCL_ASYNC_ERROR_HANDLING, torch's current name for it is TORCH_NCCL_ASYNC_ERROR_HANDLING.
+CAPTURE_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "NCCL_ASYNC_ERROR_HANDLING": "0"}
 
 
 def time_ddp(
