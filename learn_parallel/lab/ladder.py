@@ -72,9 +72,11 @@ def measure_round(
                 row["timeline"] = record_timeline(step, marked, timeline_steps)
         row["step_ms_all"].append(times)
         row["repeats"].append(statistics.median(times))
-        for said in {str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)}:
-            if said not in row["note"]:  # a refused capture, say: the row ran, but not as named
-                row["note"] = f"{row['note']}; {said}" if row["note"] else said
+        for w in caught:
+            if not issubclass(w.category, RuntimeWarning):  # not the row's business: pass it on
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            elif str(w.message) not in row["note"]:  # a refused capture: ran, but not as named
+                row["note"] = f"{row['note']}; {w.message}" if row["note"] else str(w.message)
     except Exception as error:  # noqa: BLE001 - one failing rung is a row, not a lost run
         row.update(status="failed", note=f"{type(error).__name__}: {error}"[:600])
     finally:

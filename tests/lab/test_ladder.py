@@ -7,12 +7,13 @@ rule calls a difference inside the rounds' range a tie; the plot draws that rang
 """
 
 import json
+import warnings
 
 import matplotlib
 import pytest
 
 from experiments import ladder as driver
-from learn_parallel.lab import bridges, ladder
+from learn_parallel.lab import bridges, ladder, ladder_rungs
 from learn_parallel.lab.ladder_rungs import DDP_ROWS, LADDER
 
 matplotlib.use("Agg")
@@ -123,3 +124,20 @@ def test_plot_draws_each_rounds_range():
 def test_driver_refuses_empty_rounds(tmp_path, argv):
     with pytest.raises(SystemExit):
         driver.main(["--out", str(tmp_path), "--quick", *argv])
+
+
+def test_a_rung_that_warns_keeps_its_times_and_says_why_in_its_note():
+    def make(workload, devices):
+        def step():
+            message = "capturing the step on sim:1 was refused (X); eagerly"
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+
+        return step, None
+
+    rung = ladder_rungs.Rung("shaky", "a change", "none", False, make)
+    row = ladder._row("shaky", "a change", "none", None, "mlp", 2)
+    workload = ladder.default_workloads(False, quick=True)[1]
+    for _ in range(2):
+        ladder.measure_round(row, rung, workload, 2, warmup=0, steps=2, timeline_steps=0)
+    assert row["status"] == "ok" and len(row["repeats"]) == 2
+    assert row["note"] == "capturing the step on sim:1 was refused (X); eagerly"  # said once
