@@ -186,7 +186,9 @@ class StepGraphs:
             self.refused = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
             warnings.warn(
                 f"ReplicatedStep(cuda_graphs=True): capturing the step on {device} was refused "
-                f"({self.refused}); every step runs eagerly from now on.",
+                f"({self.refused}); every step runs eagerly from now on (a failed capture can "
+                f"leave CUDA's random number generator in capture mode: with dropout, start a "
+                f"new process).",
                 RuntimeWarning,
                 stacklevel=4,
             )
