@@ -40,7 +40,7 @@ from learn_parallel.replicate import replicate
 from learn_parallel.variants.clone_replicate import clone_replicate
 
 SCHEMA = "learn_parallel.lab.ladder/2"
-__all__ = ["CLONE_SET", "LADDER", "default_workloads", "run"]
+__all__ = ["CLONE_SET", "DDP_ROWS", "LADDER", "default_workloads", "run"]
 
 
 def default_workloads(on_gpu: bool, quick: bool) -> list[Workload]:
