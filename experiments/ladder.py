@@ -1,12 +1,14 @@
 """The ladder (one process, rung by rung, up to DDP) or the clone set, recorded on GPUs.
 
-    python -m experiments.ladder --out DIR [--set ladder|clone] [--devices 2] [--quick]
+    python -m experiments.ladder --out DIR [--set ladder|clone] [--devices 2] [--repeats 5]
+                                 [--steps 30] [--quick] [--no-ddp] [--workloads conv,mlp]
 
 Feeds the ladder chapter (``ladder.json``) and the libtorch_replicate chapter
 (``clone.json``, with the host time of one ``replicate`` per strategy):
-``book/data/record_gpu_runs.sh`` (parts ``ladder`` and ``clone``) runs it on 2 GPUs.
-The rungs and their runner are `learn_parallel.lab.ladder`, which the chapters also run
-live on small workloads.
+``book/data/record_gpu_runs.sh`` (parts ``ladder`` and ``clone``) runs it. Every rung and
+DDP are measured interleaved, ``--repeats`` rounds of ``--steps`` timed steps each; the rungs
+and their runner are `learn_parallel.lab.ladder`, which the chapters also run live on small
+workloads. ``--quick`` (tiny models, for tests) runs on simulated devices in seconds.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import torch
 
 from experiments import driver_parser
 from learn_parallel.devices import SIMULATED_DEVICES_ENV, device_count
-from learn_parallel.lab.ladder import default_workloads, run, table
+from learn_parallel.lab.bridges import ladder_table
+from learn_parallel.lab.ladder import default_workloads, run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,13 +32,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--set", choices=("ladder", "clone"), default="ladder", dest="which")
     parser.add_argument("--devices", type=int, default=2, help="device count (default 2)")
     parser.add_argument("--workloads", default="conv,mlp", help="conv,mlp (default both)")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds (default 5)")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=None, help="timed steps (GPU 30, CPU 5)")
     parser.add_argument("--timeline-steps", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="tiny models, for tests")
-    parser.add_argument("--no-ddp", action="store_true", help="skip the DDP rung")
-    parser.add_argument("--ddp-timeout", type=float, default=150.0)
+    parser.add_argument("--no-ddp", action="store_true", help="leave DDP's rows out")
+    parser.add_argument("--ddp-timeout", type=float, default=300.0, help="per round, seconds")
     args = parser.parse_args(argv)
+    if args.repeats < 1 or (args.steps is not None and args.steps < 1):
+        parser.error("--repeats and --steps must be at least 1")
     on_gpu = torch.cuda.is_available()
     if args.devices > device_count():
         if on_gpu:
@@ -45,14 +51,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     workloads = [w for w in default_workloads(on_gpu, args.quick) if w.kind in kinds]
     if not workloads:
         raise SystemExit(f"--workloads {args.workloads!r}: choose from conv,mlp")
-    steps = args.steps or (30 if on_gpu else 5)
     report = run(
-        args.which, workloads, args.devices, args.out, args.warmup, steps,
-        args.timeline_steps, ddp=not args.no_ddp and args.which == "ladder",
+        args.which,
+        workloads,
+        args.devices,
+        args.out,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        steps=args.steps or (30 if on_gpu else 5),
+        timeline_steps=args.timeline_steps,
+        ddp=not args.no_ddp,
         ddp_timeout=args.ddp_timeout,
         command=shlex.join(["python", "-m", "experiments.ladder", *argv]),
-    )  # fmt: skip
-    print(table(report))
+    )
+    print(ladder_table(report))
     if not on_gpu:
         print("Devices are simulated on the CPU: host timings, not GPU times.")
     return 0

@@ -41,6 +41,23 @@ class SimDevices(Sequence):
         return Device("sim", index % self._count).torch_device
 
 
+def conv_net(batch_norm: bool = False) -> torch.nn.Module:
+    """A small float64 conv net (with BatchNorm if asked), the same weights every call."""
+    from torch import nn
+
+    torch.manual_seed(0)
+    norm = [nn.BatchNorm2d(8)] if batch_norm else []
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        *norm,
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 3),
+    ).double()
+
+
 def assert_same(a, b, tol: dict[str, float] = TOL) -> None:
     """Equal nested structures of tensors (outputs, gradients, parameters) within ``tol``.
 
@@ -83,3 +100,32 @@ def _copy(obj):
     if isinstance(obj, dict):
         return {key: _copy(value) for key, value in obj.items()}
     return [_copy(value) for value in obj]
+
+
+def train_like_ddp(model, batches, count: int, loss_fn, optimizer, gathered: bool = False):
+    """One-device training with DDP's semantics over ``count`` devices; returns the losses.
+
+    Each batch is split into ``count`` pieces (``split_batch``), each run through the
+    model (BatchNorm normalises per piece, as on each replica); the loss is the mean of
+    the pieces' losses (``gathered``: one loss over the joined outputs); after the step
+    the buffers are those the first piece left (DDP broadcasts rank 0's before every
+    forward, so the other ranks' updates never last).
+    """
+    from learn_parallel.variants import split_batch
+
+    losses = []
+    for x, y in batches:
+        optimizer.zero_grad()
+        outputs, piece_losses, kept = [], [], []
+        for xi, yi in split_batch((x, y), count):
+            outputs.append(model(xi))
+            piece_losses.append(loss_fn(outputs[-1], yi))
+            kept = kept or [b.clone() for b in model.buffers()]  # after replica 0's piece
+        loss = loss_fn(torch.cat(outputs), y) if gathered else sum(piece_losses) / count
+        loss.backward()
+        with torch.no_grad():
+            for buffer, value in zip(model.buffers(), kept):
+                buffer.copy_(value)
+        optimizer.step()
+        losses.append(loss.detach())
+    return losses

@@ -27,7 +27,8 @@ from learn_parallel.devices import (
     resolve_device_ids,
 )
 from learn_parallel.lab import provenance
-from learn_parallel.lab.ddp_timeline import choose_backend, time_ddp
+from learn_parallel.lab.ddp_timeline import choose_backend
+from learn_parallel.lab.ddp_times import time_ddp
 from learn_parallel.lab.processes import NCCL_ENV, RankFailed, share, use_nccl_settings
 from learn_parallel.lab.steps import (
     failure_becomes_row,
@@ -216,25 +217,32 @@ def ddp_rows(count: int, groups: Sequence[Group], settings: Settings) -> list[di
             )
         else:
             runnable.append(g)
+    backend_name = choose_backend(count)[0]
     for mode in sorted({bool(g.cudnn_benchmark) for g in runnable}):
         launch = [g for g in runnable if bool(g.cudnn_benchmark) == mode]
         try:
-            times = time_ddp(
+            results = time_ddp(
                 [g.workload for g in launch],
                 count,
                 settings.warmup,
                 settings.steps,
-                cudnn_benchmark=mode,
-                seed=settings.seed,
+                backend_name,
+                settings.ddp_timeout,
+                graphs=False,
                 lr=settings.lr,
-                timeout_s=settings.ddp_timeout,
+                seed=settings.seed,
+                cudnn_benchmark=mode,
             )
         except RankFailed as error:
             for g in launch:
                 rows[g.key].update(status="failed", note=str(error)[-800:])
             continue
-        for g, ms in zip(launch, times):
-            rows[g.key].update(_summary(ms, g))
+        for g in launch:
+            result = results[g.workload.kind]["ddp"]
+            if result["status"] != "ok":
+                rows[g.key].update(status="failed", note=result["note"])
+            else:
+                rows[g.key].update(_summary(result["step_ms_all"], g))
     return list(rows.values())
 
 

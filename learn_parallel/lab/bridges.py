@@ -1,8 +1,9 @@
-"""What the bridge chapters draw: autograd graphs, the ladder, the two replicate strategies.
+"""What the bridge chapters draw and compare: autograd graphs, the ladder, the clone set.
 
-It plots the JSON that ``python -m experiments.ladder`` records on GPUs (``ladder.json``,
-``clone.json``; read with `learn_parallel.lab.records.load_json`) and the live runs of
-`learn_parallel.lab.ladder.run`.
+It plots the runs recorded on GPUs (``ladder.json``, ``clone.json``; read with
+`learn_parallel.lab.records`) and the live runs of `learn_parallel.lab.ladder.run`.
+`verdict` is the one rule that calls a rung faster, slower or a tie; the chapters'
+prose says what the verdicts mean.
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
-from learn_parallel.lab.spread import Spread, compare
+from learn_parallel.lab.spread import compare
 from learn_parallel.lab.timing import Timeline
 
 
-# [autograd-graph]
 def autograd_graph(output: torch.Tensor) -> tuple[dict[int, str], list[tuple[int, int]]]:
     """The nodes (id -> name) and edges (from, to) of the graph behind ``output``.
 
@@ -74,8 +74,15 @@ def plot_autograd_graph(output: torch.Tensor, title: str, ax: Any = None) -> Fig
         ax.annotate("", (x1, y1 + 0.18), (x0, y0 - 0.18), arrowprops={"arrowstyle": "->"})
     for node, (x, y) in where.items():
         special = nodes[node].startswith(("Broadcast", "ReduceAdd"))
-        ax.text(x, y, nodes[node], ha="center", va="center", fontsize=8,
-                bbox={"boxstyle": "round", "fc": "#ffd9a8" if special else "#e8eef7"})  # fmt: skip
+        ax.text(
+            x,
+            y,
+            nodes[node],
+            ha="center",
+            va="center",
+            fontsize=8,
+            bbox={"boxstyle": "round", "fc": "#ffd9a8" if special else "#e8eef7"},
+        )
     ax.set_ylim(-max(levels) - 0.6, 0.6)
     ax.set_xlim(0, 1)
     ax.axis("off")
@@ -83,7 +90,7 @@ def plot_autograd_graph(output: torch.Tensor, title: str, ax: Any = None) -> Fig
     return ax.figure
 
 
-# [autograd-graph]
+DDP_COLORS = {"ddp": "#55a868", "ddp_graphs": "#8fd19e"}
 
 
 def _hardware(report: dict[str, Any]) -> str:
@@ -94,25 +101,31 @@ def _hardware(report: dict[str, Any]) -> str:
 
 def plot_ladder(report: dict[str, Any], kind: str, title: str) -> Figure:
     """Step time per rung for one workload, each bar labelled; with a DDP rung, DDP's bar is
-    green, a dashed line marks its time and the labels give each rung's ratio to it. A rung
-    that did not run is labelled with its status."""
+    green, a dashed line marks its time and the labels give each rung's ratio to it. A bar is
+    the median of the rounds, its whisker their range. A rung that did not run is labelled
+    with its status."""
     rows = [r for r in report["rows"] if r["workload"] == kind]
-    fig, ax = plt.subplots(figsize=(9, 3.6), layout="constrained")
+    fig, ax = plt.subplots(figsize=(10, 3.8), layout="constrained")
     names = [r["rung"] for r in rows]
     values = [r.get("step_ms", 0.0) if r["status"] == "ok" else 0.0 for r in rows]
-    colors = ["#4c72b0" if r["rung"] != "ddp" else "#55a868" for r in rows]
+    colors = [DDP_COLORS.get(r["rung"], "#4c72b0") for r in rows]
     ax.bar(range(len(rows)), values, color=colors)
+    for i, r in enumerate(rows):
+        if r["status"] == "ok" and len(repeats_of(r)) > 1:
+            lo, hi = min(repeats_of(r)), max(repeats_of(r))
+            ax.plot([i, i], [lo, hi], color="black", linewidth=1)
     ddp = next((r.get("step_ms") for r in rows if r["rung"] == "ddp" and r["status"] == "ok"), None)
     for i, r in enumerate(rows):
         if r["status"] != "ok":
             ax.text(i, 0, r["status"], rotation=90, ha="center", va="bottom", fontsize=8)
             continue
         label = f"{values[i] / ddp:.2f}x" if ddp else f"{values[i]:.1f} ms"
-        ax.text(i, values[i], label, ha="center", va="bottom", fontsize=8)
+        top = max(repeats_of(r) or [values[i]])
+        ax.text(i, top, label, ha="center", va="bottom", fontsize=8)
     if ddp:
         ax.axhline(ddp, color="#55a868", linestyle="--", linewidth=1)
-    ax.set_xticks(range(len(rows)), names, rotation=20, ha="right")
-    ax.set_ylabel("step time, median (ms)")
+    ax.set_xticks(range(len(rows)), names, rotation=25, ha="right")
+    ax.set_ylabel("step time, median of rounds (ms)")
     workload = report["workloads"][kind]["title"]
     if ddp:
         legend = "labels: step time / DDP's (green bar, dashed line)"
@@ -133,10 +146,13 @@ def plot_strategies(reports: Sequence[tuple[str, dict[str, Any]]]) -> Figure:
         for j, strategy in enumerate(("broadcast", "clone")):
             host = [report["replicate_host_ms"][k][strategy] for k in kinds]
             step = [
-                next(r.get("step_ms", 0.0) for r in report["rows"]
-                     if r["workload"] == k and r["rung"] == strategy)
+                next(
+                    r.get("step_ms", 0.0)
+                    for r in report["rows"]
+                    if r["workload"] == k and r["rung"] == strategy
+                )
                 for k in kinds
-            ]  # fmt: skip
+            ]
             xs = [i + (j - 0.5) * width for i in range(len(kinds))]
             left.bar(xs, host, width, label=strategy)
             right.bar(xs, step, width, label=strategy)
@@ -157,127 +173,46 @@ def rung_timeline(report: dict[str, Any], kind: str, rung: str) -> Timeline | No
     return None
 
 
-# [findings]
-# The issue's targets for the fast path at 2 GPUs: step time at most this times DDP's.
-TARGETS = {"conv": 1.05, "mlp": 1.15}
-OWN_PHASES = ("scatter", "replicate", "gather")  # one process's extra steps; DDP has none
+def repeats_of(row: dict[str, Any]) -> list[float]:
+    """A row's median step time per round; a recording made before rounds existed has one."""
+    if row.get("repeats"):
+        return list(row["repeats"])
+    return [row["step_ms"]] if "step_ms" in row else []
 
 
-def _phase_means(timeline: dict[str, Any], device: str) -> tuple[dict[str, float], float]:
-    """Mean milliseconds per step of each phase on ``device``, and of the unmarked time."""
-    records = [r for r in timeline["records"] if r["device"] == device]
-    steps = sorted({r["step"] for r in records})
-    if not steps:
-        return {}, 0.0
-    totals: dict[str, float] = {}
-    unmarked = 0.0
-    for step in steps:
-        mine = [r for r in records if r["step"] == step]
-        for r in mine:
-            totals[r["phase"]] = totals.get(r["phase"], 0.0) + r["end_ms"] - r["start_ms"]
-        span = max(r["end_ms"] for r in mine) - min(r["start_ms"] for r in mine)
-        unmarked += span - sum(r["end_ms"] - r["start_ms"] for r in mine)
-    return {p: t / len(steps) for p, t in totals.items()}, unmarked / len(steps)
+def verdict(row: dict[str, Any], other: dict[str, Any]) -> str:
+    """``"faster"``, ``"slower"`` or ``"tie"``: ``row`` against ``other``, by the range of
+    their rounds' medians (a difference inside that spread is a tie); ``"one round"`` when
+    either has fewer than two rounds, which cannot tell."""
+    mine, theirs = repeats_of(row), repeats_of(other)
+    if len(mine) < 2 or len(theirs) < 2:
+        return "one round"
+    return compare(mine, theirs, "range")
 
 
-def _spread(row: dict[str, Any]) -> Spread:
-    return Spread.of(row.get("step_ms_all") or [row["step_ms"]])
-
-
-def ladder_findings(report: dict[str, Any]) -> str:
-    """What a ladder recording shows, in words computed from it: times with their spread,
-    each rung against the one below it (a tie when the middle halves of their step times
-    overlap), failures, and the best rung against DDP and its target."""
-    lines = [f"{report['hardware']['label']}, torch {report['torch_version']}: {report['timing']}"]
-    lines.append(
-        "spread: the middle half of each rung's step times (first to third quartile); "
-        "a rung is faster or slower than the one below only if the two do not overlap"
-    )
+def ladder_table(report: dict[str, Any]) -> str:
+    """Per workload and rung: the median of the rounds (their range), the ratio to DDP's
+    median, and `verdict` against the rung below and against DDP."""
+    lines = [f"{report['set']} on {report['hardware']['label']}"]
     for kind, workload in report["workloads"].items():
-        rows = [r for r in report["rows"] if r["workload"] == kind]
-        ddp_row = next((r for r in rows if r["rung"] == "ddp" and r["status"] == "ok"), None)
-        ddp = ddp_row["step_ms"] if ddp_row else None
+        rows = {r["rung"]: r for r in report["rows"] if r["workload"] == kind}
+        ddp = rows.get("ddp") if rows.get("ddp", {}).get("status") == "ok" else None
         lines.append(f"\n{workload['title']}")
-        below = None
-        for r in rows:
+        for name, r in rows.items():
             if r["status"] != "ok":
-                reason = r["note"].splitlines()[0][:160] if r["note"] else ""
-                lines.append(f"  {r['rung']:<19} {r['status']}: {reason}")
+                reason = r["note"].splitlines()[0][:110] if r["note"] else ""
+                lines.append(f"  {name:<23} {r['status']}: {reason}")
                 continue
-            spread = _spread(r)
-            ratio = f"  {r['step_ms'] / ddp:.2f} x DDP" if ddp else ""
-            lo, hi = spread.band("middle")
-            versus = ""
-            if below is not None and r["rung"] != "ddp":
-                versus = f"  {compare(spread, _spread(below), 'middle')} vs {below['rung']}"
-            lines.append(
-                f"  {r['rung']:<19} {r['step_ms']:7.2f} ms ({lo:.2f}-{hi:.2f}){ratio}{versus}"
-            )
-            if r["rung"] != "ddp":
-                below = r
-        ours = [r for r in rows if r["rung"] != "ddp" and r["status"] == "ok"]
-        if not ours or ddp_row is None:
-            lines.append("  no comparison with DDP: a rung or DDP is missing")
-            continue
-        best = min(ours, key=lambda r: r["step_ms"])
-        spread, ddp_spread = _spread(best), _spread(ddp_row)
-        against = {"faster": "faster than DDP", "slower": "slower than DDP", "tie": "a tie"}
-        ratio, target = best["step_ms"] / ddp, TARGETS.get(kind)
-        verdict = ""
-        if target is not None:
-            limit = target * ddp
-            lo, hi = spread.band("middle")
-            verdict = f"; target {target:.2f} x DDP ({limit:.2f} ms): " + (
-                "met (its whole middle half is below)" if hi <= limit
-                else f"missed by {best['step_ms'] - limit:.2f} ms (its whole middle half is above)"
-                if lo > limit else "inside its spread, neither met nor missed"
-            )  # fmt: skip
-        lines.append(
-            f"  best rung: {best['rung']}, {ratio:.2f} x DDP, "
-            f"{against[compare(spread, ddp_spread, 'middle')]}{verdict}"
-        )
-        if "timeline" in best:
-            source = sorted({r["device"] for r in best["timeline"]["records"]})[0]
-            means, unmarked = _phase_means(best["timeline"], source)
-            own = sum(means.get(p, 0.0) for p in OWN_PHASES)
-            shown = ", ".join(
-                f"{p} {ms:.2f}" for p, ms in sorted(means.items(), key=lambda x: -x[1])
-            )
-            lines.append(
-                f"  its timeline on {source}, ms per step (mean of the recorded steps): {shown}; "
-                f"between phases {unmarked:.2f}"
-            )
-            lines.append(
-                f"  scatter + replicate + gather, which DDP's processes do not do, take "
-                f"{own:.2f} ms per step on {source}: an upper bound on what dropping them "
-                f"could save, not a share of the gap (medians {best['step_ms'] - ddp:+.2f} ms "
-                f"from DDP)"
-            )
+            spread = repeats_of(r)
+            line = f"  {name:<23} {r['step_ms']:8.2f} ms ({min(spread):.2f}-{max(spread):.2f})"
+            if ddp is not None:
+                line += f" {r['step_ms'] / ddp['step_ms']:5.2f} x DDP"
+            below = rows.get(r.get("below") or "")
+            if below is not None and below["status"] == "ok":
+                line += f", {verdict(r, below)} vs {below['rung']}"
+            if ddp is not None and name != "ddp":
+                line += f", {verdict(r, ddp)} vs ddp"
+            lines.append(line)
+        for name, ms in report.get("replicate_host_ms", {}).get(kind, {}).items():
+            lines.append(f"  replicate host time, {name:<10} {ms:8.3f} ms")
     return "\n".join(lines)
-
-
-def clone_findings(report: dict[str, Any]) -> str:
-    """Where clone's extra step time goes, as far as the recording can tell."""
-    lines = []
-    for kind, workload in report["workloads"].items():
-        step = {r["rung"]: r.get("step_ms") for r in report["rows"] if r["workload"] == kind}
-        host = report["replicate_host_ms"].get(kind, {})
-        if None in (step.get("clone"), step.get("broadcast")) or len(host) < 2:
-            lines.append(f"{workload['title']}: a strategy is missing from the recording")
-            continue
-        extra_step = step["clone"] - step["broadcast"]
-        extra_host = host["clone"] - host["broadcast"]
-        lines.append(
-            f"{workload['title']}: step {step['broadcast']:.2f} ms (broadcast) vs "
-            f"{step['clone']:.2f} ms (clone), {extra_step:+.2f} ms; one replicate call on the "
-            f"host {host['broadcast']:.2f} vs {host['clone']:.2f} ms, {extra_host:+.2f} ms, "
-            f"an estimated {extra_host / extra_step:.0%} of the extra step time (host time "
-            f"measured alone, outside a step)"
-            if extra_step > 0
-            else f"{workload['title']}: clone's step is not slower here "
-            f"({step['clone']:.2f} vs {step['broadcast']:.2f} ms)"
-        )
-    return "\n".join(lines)
-
-
-# [findings]

@@ -3,8 +3,7 @@
 `compare` (the DDP chapter) times `learn_parallel.DistributedDataParallel` and torch's
 DDP in the same processes (`run_ranks`: NCCL on GPUs, gloo processes on the CPU), our
 `DataParallel` on as many devices in this process, and records a few steps of each of
-ours per rank and device. `time_ddp` times torch's DDP alone, for the benchmark and the
-ladder. A step is as slow as its slowest rank, so each step keeps the maximum over ranks.
+ours per rank and device. (torch's DDP alone, for the benchmark and the ladder, is `ddp_times`.) A step is as slow as its slowest rank, so each step keeps the maximum over ranks.
 """
 
 from __future__ import annotations
@@ -104,34 +103,6 @@ def _launch(config: dict[str, Any], world: int, timeout_s: float, **kwargs: Any)
     backend, _ = choose_backend(world)
     threads = None if backend == "nccl" else 1
     return run_ranks(bench_worker, world, (config,), backend, timeout_s, threads=threads, **kwargs)
-
-
-def time_ddp(
-    workloads: Sequence[Workload],
-    world: int,
-    warmup: int = 5,
-    steps: int = 20,
-    cudnn_benchmark: bool = False,
-    seed: int = 0,
-    lr: float = 0.01,
-    timeout_s: float = 300.0,
-) -> list[list[float]]:
-    """torch's DDP on ``world`` processes, one per device: for each workload, the ms of each
-    timed step (its slowest rank's). Raises `RankFailed` when a rank fails or times out."""
-    config = {
-        "workloads": {str(i): w.to_dict() for i, w in enumerate(workloads)},
-        "implementations": ["torch"],
-        "cudnn_benchmark": cudnn_benchmark,
-        "warmup": warmup,
-        "steps": steps,
-        "timeline_steps": 0,
-        "bucket_cap_mb": DEFAULT_BUCKET_CAP_MB,
-        "lr": lr,
-        "seed": seed,
-    }
-    # A collective may wait as long as the whole run (a slow rank's cuDNN tuning, say).
-    first = _launch(config, world, timeout_s, group_timeout_s=timeout_s)[0]["workloads"]
-    return [first[str(i)]["torch"]["step_ms_all"] for i in range(len(workloads))]
 
 
 def dp_run(workload: Workload, world: int, config: dict[str, Any]) -> dict[str, Any]:

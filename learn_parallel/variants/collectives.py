@@ -1,13 +1,17 @@
-"""What DistributedDataParallel's processes send each other, and in which groups.
+"""What data-parallel replicas send each other, and in which groups.
 
-`ring_all_reduce` spells out one all-reduce with point-to-point messages;
-`assign_buckets` groups gradients into the all-reduces; `broadcast_coalesced`
-gives every process rank 0's tensors.
+Between processes (the distributed chapter): `ring_all_reduce` spells out one
+all-reduce with point-to-point messages, `assign_buckets` groups gradients into
+the all-reduces, `broadcast_coalesced` gives every process rank 0's tensors.
+Inside one process that drives every device (the ladder chapter):
+`all_reduce_across` and `broadcast_across` take one tensor per device; on CUDA
+GPUs each is one NCCL group call, elsewhere the same ring, spelled out with copies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -54,7 +58,7 @@ def ring_all_reduce(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
     return tensor
 
 
-def assign_buckets(sizes_in_bytes: Sequence[int], cap_bytes: int) -> list[list[int]]:
+def assign_buckets(sizes_in_bytes: Sequence[int], cap_bytes: float) -> list[list[int]]:
     """Group parameter indices into buckets of at most ``cap_bytes``, last parameter first.
 
     Backward produces gradients roughly in the reverse order of the forward,
@@ -87,3 +91,85 @@ def broadcast_coalesced(tensors: Sequence[torch.Tensor], src: int = 0, group: An
         dist.broadcast(flat, dist.get_global_rank(group, src) if group else src, group=group)
         for t, piece in zip(same, flat.split([t.numel() for t in same])):
             t.detach().copy_(piece.view_as(t))
+
+
+# [in-process]
+def all_reduce_across(
+    tensors: Sequence[torch.Tensor], streams: Sequence[torch.cuda.Stream] | None = None
+) -> None:
+    """Sum ``tensors``, one per device, in place: afterwards every one holds the total.
+
+    One process drives every device here, so there are no ranks to meet: on CUDA
+    GPUs this is one ``torch.cuda.nccl.all_reduce`` (a group call that enqueues one
+    NCCL kernel per device, on ``streams`` or each device's current stream);
+    elsewhere it is `ring_across`, the same ring with copies between devices.
+    """
+    if len(tensors) < 2:
+        return
+    if _nccl_can_take(tensors):
+        torch.cuda.nccl.all_reduce(tensors, streams=streams)
+        return
+    with _on_streams(streams):
+        ring_across(tensors)
+
+
+def ring_across(tensors: Sequence[torch.Tensor]) -> None:
+    """`ring_all_reduce` inside one process: the ring's steps are copies between devices.
+
+    Device ``r`` plays rank ``r``; in each step every device sends one chunk to
+    the next device round the ring. All of a step's chunks are copied before any
+    is added, as the ranks exchange theirs at once. Every chunk is summed once, in
+    the reduce-scatter half, so every device ends with bit-identical values.
+    """
+    n = len(tensors)
+    chunks = [t.detach().view(-1).tensor_split(n) for t in tensors]
+    for half in ("reduce-scatter", "all-gather"):
+        for step in range(n - 1):
+            if half == "reduce-scatter":
+                sent = [(rank - step) % n for rank in range(n)]
+            else:
+                sent = [(rank + 1 - step) % n for rank in range(n)]
+            arriving = [
+                chunks[rank][c].to(tensors[(rank + 1) % n].device) for rank, c in enumerate(sent)
+            ]
+            for rank, (c, chunk) in enumerate(zip(sent, arriving)):
+                target = chunks[(rank + 1) % n][c]
+                if half == "reduce-scatter":
+                    target.add_(chunk)
+                else:
+                    target.copy_(chunk)
+
+
+def broadcast_across(
+    tensors: Sequence[torch.Tensor],
+    root: int = 0,
+    streams: Sequence[torch.cuda.Stream] | None = None,
+) -> None:
+    """Overwrite every tensor in ``tensors`` (one per device) with ``tensors[root]``'s values."""
+    if len(tensors) < 2:
+        return
+    if _nccl_can_take(tensors):
+        torch.cuda.nccl.broadcast(tensors, root=root, streams=streams)
+        return
+    with _on_streams(streams), torch.no_grad():
+        for i, tensor in enumerate(tensors):
+            if i != root:
+                tensor.copy_(tensors[root])
+
+
+# [in-process]
+
+
+def _nccl_can_take(tensors: Sequence[torch.Tensor]) -> bool:
+    """CUDA tensors, dense and contiguous, one per GPU, and a torch built with NCCL."""
+    if not hasattr(torch._C, "_nccl_all_reduce"):
+        return False
+    return torch.cuda.nccl.is_available(tensors)
+
+
+def _on_streams(streams: Sequence[torch.cuda.Stream] | None) -> ExitStack:
+    """Make each of ``streams`` current on its device (nothing to do for None)."""
+    stack = ExitStack()
+    for stream in streams or ():
+        stack.enter_context(torch.cuda.stream(stream))
+    return stack

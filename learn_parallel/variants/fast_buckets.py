@@ -1,177 +1,208 @@
-"""FastDataParallel's gradient half: buckets summed onto the source device during backward.
+"""Gradient buckets for replicas that own their parameters: which travel together, and when.
 
-Each replica has its own leaf parameters, so nothing in autograd sums their
-gradients: a hook per replica parameter counts the gradients of each bucket as
-they arrive and, once every replica has produced a bucket, sums it into the
-original's ``.grad`` while backward still runs for earlier layers.
+Kept replicas (the ladder chapter) have leaf parameters of their own, so nothing in
+autograd sums their gradients. `GradientBuckets` groups the parameters as DDP does
+(`collectives.assign_buckets`, within one dtype) and counts each bucket's gradients
+as backward accumulates them; once every replica has produced a bucket, it hands the
+bucket on while backward still runs for earlier layers. `SumOntoSource` is what
+`FastDataParallel` hands it to: the sum of the replicas' gradients in the original's
+``.grad``. `ReplicatedStep` all-reduces instead.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 
 import torch
 
+from learn_parallel.devices import Device
+from learn_parallel.variants.collectives import assign_buckets
 
-class GradientBucket:
-    """Parameter positions whose gradients are summed together, and this backward's count."""
+
+# [buckets]
+def plan_buckets(params: Sequence[torch.Tensor], cap_bytes: float) -> list[list[int]]:
+    """Positions in ``params`` per bucket: `assign_buckets` within each dtype.
+
+    A bucket becomes one flat tensor (one concatenation, one all-reduce), and a
+    tensor holds one dtype, so parameters of different dtypes never share one.
+    """
+    by_dtype: dict[torch.dtype, list[int]] = {}
+    for position, param in enumerate(params):
+        by_dtype.setdefault(param.dtype, []).append(position)
+    buckets = []
+    for positions in by_dtype.values():
+        sizes = [params[i].numel() * params[i].element_size() for i in positions]
+        buckets += [[positions[k] for k in bucket] for bucket in assign_buckets(sizes, cap_bytes)]
+    return buckets
+
+
+class Bucket:
+    """Parameter positions whose gradients travel together, and this backward's count."""
 
     def __init__(self, positions: list[int], replicas: int) -> None:
         self.positions = positions
         self.arrived = 0
-        self.reduced = False
-        # Per replica, the stream its gradients were accumulated on (GPUs): the
-        # reduce must wait for that stream, which is not always the caller's.
+        self.launched = False
+        # Per replica, the stream its gradients were accumulated on (GPUs): whatever
+        # reads them must wait for that stream, which is not always the caller's.
         self.streams: list[torch.cuda.Stream | None] = [None] * replicas
 
 
-class BucketedReduce:
-    """The bucket methods of `FastDataParallel` (a mixin: it reads the wrapper's state)."""
+class GradientBuckets:
+    """Buckets over the replicas' trainable parameters (the same order in every replica).
 
-    # [buckets]
-    def _build_buckets(self, bucket_mb: float) -> None:
-        """Group trainable parameters, last first, into buckets of about ``bucket_mb`` per dtype."""
-        limit = bucket_mb * 2**20
-        self._buckets: list[GradientBucket] = []
-        open_bucket: dict[torch.dtype, tuple[list[int], int]] = {}
-        for i in reversed(range(len(self._params))):
-            p = self._params[i]
-            if not p.requires_grad:
-                continue
-            positions, size = open_bucket.get(p.dtype, ([], 0))
-            positions.append(i)
-            size += p.numel() * p.element_size()
-            if size >= limit:
-                self._buckets.append(GradientBucket(positions, len(self.devices)))
-                positions, size = [], 0
-            open_bucket[p.dtype] = (positions, size)
-        self._buckets += [
-            GradientBucket(positions, len(self.devices))
-            for positions, _ in open_bucket.values()
-            if positions
-        ]
-        self._bucket_of = {i: b for b in self._buckets for i in b.positions}
-        for k, params in enumerate(self._replica_params):
-            for i, p in enumerate(params):
-                if p.requires_grad:
-                    p.register_post_accumulate_grad_hook(self._hook(k, i))
+    A hook on every replica parameter counts its bucket's gradients as autograd
+    accumulates them. Each leaf accumulates at most once per backward, so once a
+    bucket has counted all of its gradients from every replica in use, it is complete:
+    with ``early`` set, ``on_ready(bucket)`` runs there and then, in the autograd
+    thread that completed it. `finish` returns the buckets left for after backward.
+    The hooks hold this object weakly: a model that outlives it keeps no replicas alive.
+    """
 
-    def _hook(self, replica: int, position: int):
-        def on_gradient(param: torch.Tensor) -> None:
-            self._gradient_ready(replica, position)
+    def __init__(
+        self,
+        replicas: Sequence[Sequence[torch.Tensor]],
+        cap_bytes: float,
+        on_ready: Callable[[Bucket], None],
+        on_first: Callable[[], None] | None = None,
+    ) -> None:
+        self.buckets = [Bucket(p, len(replicas)) for p in plan_buckets(replicas[0], cap_bytes)]
+        self.on_ready, self.on_first = on_ready, on_first
+        self.launched_in_backward = 0  # buckets handed on during backward, ever
+        self._lock = threading.Lock()
+        self._armed = self._early = self._seen = False
+        self._used = len(replicas)
+        bucket_of = {i: b for b in self.buckets for i in b.positions}
+        owner = weakref.ref(self)
+        for k, params in enumerate(replicas):
+            for i, param in enumerate(params):
+                param.register_post_accumulate_grad_hook(_counter(owner, bucket_of[i], k))
 
-        return on_gradient
-
-    def _gradient_ready(self, replica: int, position: int) -> None:
-        """Runs in an autograd thread each time one replica's gradient is accumulated."""
-        bucket = self._bucket_of.get(position)
-        # The engine runs this hook on the stream the gradient was accumulated on:
-        # the caller's stream usually, the warm-up stream of make_graphed_callables
-        # for captured replicas (their AccumulateGrad nodes were created there).
-        stream = None
-        if bucket is not None and self._side_streams is not None:
-            stream = torch.cuda.current_stream(self.devices[replica].index)
+    def arm(self, used: int, early: bool) -> None:
+        """Expect one backward through the first ``used`` replicas; ``early``: hand buckets
+        on as they complete. Forgets a backward that raised before its end."""
         with self._lock:
-            if not self._callback_queued:
-                self._callback_queued = True
-                # Run _finish_backward once backward is over (as DDP does).
-                torch.autograd.Variable._execution_engine.queue_callback(self._finish_backward)
-            if bucket is None:
-                return
+            self._reset()
+            self._armed, self._early, self._used = True, early, used
+
+    def finish(self) -> list[Bucket]:
+        """Backward is over: the buckets not handed on yet (every one without ``early``)."""
+        with self._lock:
+            pending = [b for b in self.buckets if not b.launched]
+            self._reset()
+        return pending
+
+    def _reset(self) -> None:
+        self._armed = self._seen = False
+        for bucket in self.buckets:
+            bucket.arrived, bucket.launched = 0, False
+            bucket.streams = [None] * len(bucket.streams)
+
+    def _arrived(self, bucket: Bucket, replica: int, param: torch.Tensor) -> None:
+        if not self._armed:
+            return  # the model used on its own, or a capture's Python: nothing to count
+        stream = torch.cuda.current_stream(param.device) if param.is_cuda else None
+        with self._lock:
+            if not self._seen and self.on_first is not None:
+                self.on_first()
+            self._seen = True
             bucket.arrived += 1
             bucket.streams[replica] = stream
-            # Each leaf accumulates at most once per backward, so a full count
-            # means every replica has this bucket's final gradients.
-            ready = bucket.arrived == len(bucket.positions) * self._used and self.overlap_reduce
+            ready = self._early and bucket.arrived == len(bucket.positions) * self._used
             if ready:
-                bucket.reduced = True
-                self.overlapped_reductions += 1  # buckets reduced inside backward, ever
+                bucket.launched = True
+                self.launched_in_backward += 1
         if ready:
-            self._reduce(bucket, self._side_streams)
+            self.on_ready(bucket)
 
-    def _finish_backward(self) -> None:
-        with self._lock:
-            self._callback_queued = False
-            pending = [b for b in self._buckets if not b.reduced]
-            for b in self._buckets:
-                b.arrived, b.reduced = 0, False
-                b.streams = [None] * len(self.devices)
-        for bucket in pending:
-            self._reduce(bucket)
-        if self._side_streams is not None:
-            # The optimizer reads the sums on the caller's streams: wait for the side streams.
-            for caller, side in zip(self._caller_streams, self._side_streams):
-                caller.wait_stream(side)
-        for params in self._replica_params:
-            for p in params:
-                p.grad = None
 
-    def _reset_backward_state(self) -> None:
-        """Forget a backward that raised before its end (its callback never ran)."""
-        with self._lock:
-            self._callback_queued = False
-            for b in self._buckets:
-                b.arrived, b.reduced = 0, False
-                b.streams = [None] * len(self.devices)
-        for params in self._replica_params:
-            for p in params:
-                p.grad = None
+def _counter(owner: weakref.ref, bucket: Bucket, replica: int) -> Callable[[torch.Tensor], None]:
+    def hook(param: torch.Tensor) -> None:
+        buckets = owner()
+        if buckets is not None:
+            buckets._arrived(bucket, replica, param)
 
-    def _reduce(self, bucket: GradientBucket, side_streams: list | None = None) -> None:
-        """Sum one bucket's gradients over the replicas into the original's ``.grad``.
+    return hook
 
-        With ``side_streams`` (GPUs, during backward) the work runs on one side
-        stream per device. Each first waits for the caller's stream of its
-        device (the original's ``.grad`` may have been written there) and for
-        the stream the bucket's gradients were accumulated on; a cross-device
-        copy synchronises the current streams of both devices, and on the
-        compute streams that would stall the source's backward until the copy
-        is done.
-        """
-        if side_streams is None:
-            self._sum_into_originals(bucket, None)
+
+# [buckets]
+
+
+class SumOntoSource:
+    """A bucket's gradients summed over the replicas into the original parameters' ``.grad``.
+
+    With ``side_streams`` (GPUs, buckets reduced during backward) the sum runs on one
+    side stream per device: a copy between two devices makes the current streams of
+    both wait for each other, and on the compute streams that would hold up the
+    source's backward until the copy is done.
+    """
+
+    def __init__(
+        self,
+        originals: Sequence[torch.Tensor],
+        replicas: Sequence[Sequence[torch.Tensor]],
+        devices: Sequence[Device],
+        side_streams: bool,
+    ) -> None:
+        self.originals, self.replicas, self.source = originals, replicas, devices[0]
+        self.side = [torch.cuda.Stream(d.index) for d in devices] if side_streams else None
+        self.callers: list[torch.cuda.Stream] = []  # the caller's streams, set every forward
+        self.used = len(replicas)
+
+    def during_backward(self, bucket: Bucket) -> None:
+        if self.side is None:
+            self.sum(bucket)
             return
         with ExitStack() as streams:
-            for k, side in enumerate(side_streams[: self._used]):
-                caller = self._caller_streams[k]
-                side.wait_stream(caller)
+            for k, side in enumerate(self.side[: self.used]):
+                # The original's .grad may have been written on the caller's stream, and
+                # the bucket's gradients on the stream they were accumulated on.
+                side.wait_stream(self.callers[k])
                 accumulated = bucket.streams[k]
-                if accumulated is not None and accumulated != caller:
+                if accumulated is not None and accumulated != self.callers[k]:
                     side.wait_stream(accumulated)
                 streams.enter_context(torch.cuda.stream(side))
-            self._sum_into_originals(bucket, side_streams)
+            self.sum(bucket, on_side=True)
 
-    def _sum_into_originals(self, bucket: GradientBucket, side_streams: list | None) -> None:
-        replicas = self._replica_params[: self._used]
+    def after_backward(self) -> None:
+        """The optimizer reads the sums on the caller's streams: wait for the side streams."""
+        for caller, side in zip(self.callers, self.side or ()):
+            caller.wait_stream(side)
+
+    def sum(self, bucket: Bucket, on_side: bool = False) -> None:
+        replicas = self.replicas[: self.used]
         live = [i for i in bucket.positions if any(r[i].grad is not None for r in replicas)]
         if not live:
             return
         flats = []
-        for k, r in enumerate(replicas):
-            grads = [r[i].grad if r[i].grad is not None else torch.zeros_like(r[i]) for i in live]
-            if side_streams is not None:
-                for g in grads:  # read on a side stream: keep the memory until it is done
-                    g.record_stream(side_streams[k])
+        for k, params in enumerate(replicas):
+            grads = [
+                params[i].grad if params[i].grad is not None else torch.zeros_like(params[i])
+                for i in live
+            ]
             if any(g.requires_grad for g in grads):
                 raise RuntimeError(
                     "FastDataParallel does not support double backward (create_graph=True): "
                     "its gradient reduction is not differentiable. Use DataParallel."
                 )
+            if on_side:
+                for g in grads:  # read on a side stream: keep the memory until it is done
+                    g.record_stream(self.side[k])
             flats.append(torch.cat([g.reshape(-1) for g in grads]))
-        source = self.src_device.torch_device
-        total = flats[0]
+        total = flats[0]  # replica 0 sits on the source device
         for flat in flats[1:]:
-            total.add_(flat.to(source, non_blocking=True))
-        if side_streams is not None:  # made on a side stream, used on the caller's stream
-            total.record_stream(self._caller_streams[0])
+            total.add_(flat.to(self.source.torch_device, non_blocking=True))
+        if on_side:  # made on a side stream, used on the caller's stream
+            total.record_stream(self.callers[0])
         offset = 0
         for i in live:
-            p = self._params[i]
-            view = total[offset : offset + p.numel()].view(p.shape)
-            offset += p.numel()
-            if p.grad is None:
-                p.grad = view
+            original = self.originals[i]
+            view = total[offset : offset + original.numel()].view(original.shape)
+            offset += original.numel()
+            if original.grad is None:
+                original.grad = view
             else:
-                p.grad.add_(view)
-
-    # [buckets]
+                original.grad.add_(view)

@@ -1,13 +1,25 @@
-"""FastDataParallel's CUDA graphs: each replica's forward and backward captured once."""
+"""The ladder's CUDA graphs: kept replicas' forward and backward, or a replica's whole step.
+
+`ReplicaGraphs` (`FastDataParallel(cuda_graphs=True)`) captures each replica's forward
+and backward with ``torch.cuda.make_graphed_callables``. `StepGraphs`
+(`ReplicatedStep(cuda_graphs=True)`) captures, per device, the step from zeroed
+gradients to the backward, and the optimizer step; the all-reduce between them stays
+eager. Both capture one graph at a time from the calling thread (the ladder chapter
+says why).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any
 
 import torch
 
 from learn_parallel.devices import Device
+from learn_parallel.phases import phase
+from learn_parallel.variants.fast_replicas import KeptReplicas
 
 
 @contextmanager
@@ -45,24 +57,29 @@ def capture_stream_on(index: int) -> Iterator[None]:
         torch.cuda.graph.default_capture_stream = previous
 
 
-class GraphCapture:
-    """The capture method of `FastDataParallel` (a mixin: it reads the wrapper's state)."""
+class ReplicaGraphs:
+    """Every kept replica's forward and backward, captured once and then replayed."""
 
-    def _graph_replicas(self, inputs: Sequence[tuple], kwargs: Sequence[dict]) -> None:
+    def __init__(self, kept: KeptReplicas, devices: Sequence[Device]) -> None:
+        self.kept, self.devices = kept, devices
+        self.shapes: list[tuple] | None = None
+        self.error: str | None = None  # why capturing failed, once it has
+
+    def ensure_captured(self, inputs: Sequence[tuple], kwargs: Sequence[dict]) -> None:
         """Capture every replica's forward and backward once; refuse a change of shapes."""
-        if self._graph_error is not None:
+        if self.error is not None:
             raise RuntimeError(
                 f"cuda_graphs=True: capturing the replicas' CUDA graphs failed "
-                f"({self._graph_error}), so this wrapper refuses to train. Build a new "
+                f"({self.error}), so this wrapper refuses to train. Build a new "
                 f"FastDataParallel with cuda_graphs=False, in a new process: a failed capture "
                 f"can leave CUDA's random number generator in capture mode."
             )
         shapes = [tuple(getattr(a, "shape", None) for a in args) for args in inputs]
-        if self._graph_shapes is not None:
-            if shapes != self._graph_shapes:
+        if self.shapes is not None:
+            if shapes != self.shapes:
                 raise ValueError(
                     f"cuda_graphs=True replays graphs captured for input shapes "
-                    f"{self._graph_shapes}, but this step's are {shapes}. Keep every batch "
+                    f"{self.shapes}, but this step's are {shapes}. Keep every batch "
                     f"the same size (DataLoader(drop_last=True)), or pass cuda_graphs=False."
                 )
             return
@@ -71,7 +88,7 @@ class GraphCapture:
                 "cuda_graphs=True can capture forward(*tensors) only: pass every input as a "
                 "positional tensor, or pass cuda_graphs=False."
             )
-        self._copy_training_flags(len(inputs))  # graphs capture the modes they see
+        self.kept.copy_training_flags(len(inputs))  # graphs capture the modes they see
         try:
             with restored_cuda_streams(self.devices):
                 # In CUDA's default ("global") capture mode an unsafe call from any thread
@@ -79,15 +96,126 @@ class GraphCapture:
                 # at a time from this thread, before any worker runs.
                 for device in self.devices:
                     torch.cuda.synchronize(device.index)
-                for replica, args, device in zip(self._replicas, inputs, self.devices):
+                for replica, args, device in zip(self.kept.replicas, inputs, self.devices):
                     # The sample inputs become the graph's input buffers, which every replay
                     # overwrites: give it copies, never the caller's tensors.
                     sample = tuple(a.detach().clone().requires_grad_(a.requires_grad) for a in args)
                     with torch.cuda.device(device.index), capture_stream_on(device.index):
                         torch.cuda.make_graphed_callables(replica, sample, allow_unused_input=True)
         except Exception as error:
-            for replica in self._replicas:  # back to the eager forward: eval still works
+            for replica in self.kept.replicas:  # back to the eager forward: eval still works
                 replica.__dict__.pop("forward", None)
-            self._graph_error = f"{type(error).__name__}: {error}"[:400]
+            self.error = f"{type(error).__name__}: {error}"[:400]
             raise
-        self._graph_shapes = shapes
+        self.shapes = shapes
+
+
+class StepGraphs:
+    """Per device, two CUDA graphs of one training step, replayed from this one thread.
+
+    ``backward(k, piece)`` runs device k's part up to its backward (gradients zeroed,
+    forward, loss, backward) and returns its loss; ``optimizer(k)`` runs its optimizer
+    step. The first ``warmup`` calls run ``eager(pieces)`` instead (they create the
+    optimizer's state and each library's per-stream handles); the next captures both
+    graphs of every device, one capture at a time, then replays them. Everything runs
+    on streams of its own, which wait for the caller's and which the caller waits for.
+    Where a capture is refused, one warning line says why and every step runs eagerly.
+    """
+
+    def __init__(
+        self,
+        devices: Sequence[Device],
+        eager: Callable[[Sequence[Any]], tuple[torch.Tensor, ...]],
+        backward: Callable[[int, tuple[torch.Tensor, ...]], torch.Tensor],
+        optimizer: Callable[[int], None],
+        warmup: int = 3,
+    ) -> None:
+        self.devices, self.eager = devices, eager
+        self.backward, self.optimizer = backward, optimizer
+        self.warmup, self.calls = warmup, 0
+        self.streams = [torch.cuda.Stream(d.index) for d in devices]
+        self.refused: str | None = None  # why a capture failed, once one has
+        self.graphs: list[tuple[torch.cuda.CUDAGraph, torch.cuda.CUDAGraph]] = []
+        self.inputs: list[tuple[torch.Tensor, ...]] = []  # the graphs' own input tensors
+        self.losses: list[torch.Tensor] = []
+
+    def __call__(
+        self, pieces: Sequence[tuple], before: Callable[[], None], between: Callable[[], None]
+    ) -> tuple[torch.Tensor, ...]:
+        """One step: ``before()`` (buffers), the backward graphs, ``between()`` (all-reduce),
+        the optimizer graphs; the losses, per device."""
+        callers = [torch.cuda.current_stream(d.index) for d in self.devices]
+        with ExitStack() as current:
+            for own, caller in zip(self.streams, callers):
+                own.wait_stream(caller)
+                current.enter_context(torch.cuda.stream(own))
+            self.calls += 1
+            warm = self.refused is None and self.calls > self.warmup
+            if warm and (self.graphs or self._capture(pieces)):
+                losses = self._replay(pieces, before, between)
+            else:
+                losses = self.eager(pieces)
+        for own, caller in zip(self.streams, callers):
+            caller.wait_stream(own)
+        return losses
+
+    def _capture(self, pieces: Sequence[tuple]) -> bool:
+        """Both graphs of every device; nothing runs while they are captured."""
+        if not all(isinstance(t, torch.Tensor) for piece in pieces for t in piece):
+            raise ValueError(
+                "cuda_graphs=True captures tensors only: pass (input, target) tensors."
+            )
+        inputs = [
+            tuple(t.detach().to(d.torch_device, copy=True) for t in p)
+            for p, d in zip(pieces, self.devices)
+        ]
+        graphs, losses, device = [], [], self.devices[0]
+        try:
+            with restored_cuda_streams(self.devices):
+                for d in self.devices:  # nothing queued may still run while a capture is underway
+                    torch.cuda.synchronize(d.index)
+                for k, (device, stream) in enumerate(zip(self.devices, self.streams)):
+                    backward, step = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+                    with torch.cuda.device(device.index):
+                        with torch.cuda.graph(backward, stream=stream):
+                            losses.append(self.backward(k, inputs[k]))
+                        with torch.cuda.graph(step, pool=backward.pool(), stream=stream):
+                            self.optimizer(k)
+                    graphs.append((backward, step))
+        except Exception as error:  # noqa: BLE001 - any refusal falls back to eager steps
+            self.refused = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+            warnings.warn(
+                f"ReplicatedStep(cuda_graphs=True): capturing the step on {device} was refused "
+                f"({self.refused}); every step runs eagerly from now on (a failed capture can "
+                f"leave CUDA's random number generator in capture mode: with dropout, start a "
+                f"new process).",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return False
+        self.graphs, self.inputs, self.losses = graphs, inputs, losses
+        return True
+
+    def _replay(
+        self, pieces: Sequence[tuple], before: Callable[[], None], between: Callable[[], None]
+    ) -> tuple[torch.Tensor, ...]:
+        shapes = [tuple(t.shape for t in p) for p in pieces]
+        if shapes != [tuple(t.shape for t in p) for p in self.inputs]:
+            raise ValueError(
+                f"cuda_graphs=True replays a step captured for input shapes "
+                f"{[tuple(t.shape for t in p) for p in self.inputs]}, but this step's are "
+                f"{shapes}. Keep every batch the same size (DataLoader(drop_last=True))."
+            )
+        with phase("scatter"):
+            for own, piece in zip(self.inputs, pieces):
+                for tensor, new in zip(own, piece):
+                    tensor.copy_(new, non_blocking=True)
+        before()
+        for device, (backward, _) in zip(self.devices, self.graphs):
+            with torch.cuda.device(device.index), phase("forward+backward graph", device):
+                backward.replay()
+        between()
+        for device, (_, step) in zip(self.devices, self.graphs):
+            with torch.cuda.device(device.index), phase("optimizer graph", device):
+                step.replay()
+        return tuple(loss.detach().clone() for loss in self.losses)

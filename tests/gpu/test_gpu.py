@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 import torch
+from _training import conv_net
 from torch import nn
 
 import learn_parallel as lp
@@ -17,18 +18,6 @@ TOL = {"rtol": 1e-10, "atol": 1e-12}  # float64, as in test_equivalence.py
 def gpus(n):
     if torch.cuda.device_count() < n:
         pytest.skip(f"needs {n} GPUs")
-
-
-def conv_net():
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1),
-        nn.ReLU(),
-        nn.Conv2d(8, 8, 3, padding=1),
-        nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(),
-        nn.Linear(8, 3),
-    ).double()
 
 
 def train(model, forward, batches, device):

@@ -3,7 +3,7 @@
 What these prove: unset choices are filled in for this machine and too many devices are
 refused in words; every implementation gets a row, torch's DataParallel included (it runs
 on simulated devices), with positive numbers and per-device timelines; a failing run is a
-row, not a lost benchmark; DDP rows come from `ddp_timeline.time_ddp` (faked here; the
+row, not a lost benchmark; DDP rows come from `ddp_times.time_ddp` (faked here; the
 command line's test runs the real processes), and a batch too small for the ranks fails
 only its own workload. No test here asserts any speed.
 """
@@ -72,9 +72,9 @@ def test_ddp_rows_come_from_time_ddp_and_a_too_small_batch_fails_alone(monkeypat
     does not: only the conv row fails (naming its batch); the MLP still runs under DDP."""
     launched = []
 
-    def fake_time_ddp(workloads, world, warmup, steps, **kwargs):
+    def fake_time_ddp(workloads, world, warmup, steps, backend, timeout_s, **kwargs):
         launched.append(([w.kind for w in workloads], world, kwargs["cudnn_benchmark"]))
-        return [[2.0, 4.0] for _ in workloads]
+        return {w.kind: {"ddp": {"status": "ok", "step_ms_all": [2.0, 4.0]}} for w in workloads}
 
     monkeypatch.setattr(bench, "time_ddp", fake_time_ddp)
     groups = [

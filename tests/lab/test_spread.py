@@ -2,7 +2,6 @@
 
 import pytest
 
-from learn_parallel.lab import bridges
 from learn_parallel.lab.spread import Spread, compare
 
 
@@ -29,32 +28,6 @@ def test_bad_input_is_named():
         Spread.of([])
     with pytest.raises(ValueError, match="Unknown band 'iqr'"):
         Spread.of([1.0]).band("iqr")
-
-
-def _row(workload, rung, steps):
-    return {"workload": workload, "rung": rung, "status": "ok", "note": "",
-            "step_ms": sorted(steps)[len(steps) // 2], "step_ms_all": steps}  # fmt: skip
-
-
-def test_ladder_findings_call_ties_and_bound_the_phases():
-    report = {
-        "hardware": {"label": "2 x test GPU"},
-        "torch_version": "x",
-        "timing": "median of 5 steps",
-        "workloads": {"conv": {"title": "ResNet"}},
-        "rows": [
-            _row("conv", "lean_replicate", [20.0, 20.1, 20.2, 20.3, 20.4]),
-            _row("conv", "kept_replicas", [20.1, 20.2, 20.3, 20.4, 20.5]),  # overlaps: tie
-            _row("conv", "cuda_graphs", [18.0, 18.1, 18.2, 18.3, 18.4]),
-            _row("conv", "ddp", [18.2, 18.3, 18.4, 18.5, 18.6]),
-        ],
-    }
-    text = bridges.ladder_findings(report)
-    assert "kept_replicas" in text and "tie vs lean_replicate" in text
-    assert "faster vs kept_replicas" in text
-    # 18.2 vs 18.4 ms: 0.99 x DDP, but inside the spread, so not called a win.
-    assert "best rung: cuda_graphs, 0.99 x DDP, a tie" in text
-    assert "met (its whole middle half is below)" in text
 
 
 def test_ddp_step_table_calls_a_tie():

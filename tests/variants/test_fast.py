@@ -4,11 +4,12 @@ Kept replicas and overlapped reduction run on the CPU too (CUDA graphs are
 tested in test_gpu_bridges.py); each must equal one-device training: outputs,
 gradients and weights after three SGD steps with momentum (tolerance as in
 test_equivalence.py). The preconditions that can be checked are refused with
-errors that name the fix.
+errors that name the fix. Its buckets are `collectives.assign_buckets` per dtype,
+and it checks its devices as every wrapper does.
 """
 
 import contextlib
-import json
+import importlib
 import threading
 
 import _training
@@ -18,9 +19,11 @@ from _training import TOL, assert_same
 from torch import nn
 
 import learn_parallel as lp
-from experiments import ladder
 from learn_parallel.devices import resolve_device_ids
+from learn_parallel.variants.collectives import assign_buckets
 from learn_parallel.variants.fast import FastDataParallel
+from learn_parallel.variants.fast_buckets import plan_buckets
+from learn_parallel.variants.fast_graphs import ReplicaGraphs
 
 RUNGS = {
     "kept_replicas": {"overlap_reduce": False},
@@ -75,11 +78,41 @@ def test_overlap_reduces_every_bucket_inside_backward():
     model = net(on=[0, 1])
     fast = FastDataParallel(model, [0, 1], bucket_mb=0.0005)
     train(model, fast)
-    assert len(fast._buckets) >= 2
-    assert fast.overlapped_reductions == 3 * len(fast._buckets)
+    assert len(fast.buckets.buckets) >= 2
+    assert fast.buckets.launched_in_backward == 3 * len(fast.buckets.buckets)
     kept = FastDataParallel(net(on=[0, 1]), [0, 1], overlap_reduce=False)
     train(kept.module, kept)
-    assert kept.overlapped_reductions == 0 and len(kept._buckets) == 1
+    assert kept.buckets.launched_in_backward == 0 and len(kept.buckets.buckets) == 1
+
+
+def test_buckets_are_ddps_within_each_dtype():
+    module = nn.Module()
+    sizes = [5, 30, 5, 1, 1, 8]  # elements; p2 and p4 are float32, the rest float64
+    for i, size in enumerate(sizes):
+        dtype = torch.float32 if i in (2, 4) else torch.float64
+        module.register_parameter(f"p{i}", nn.Parameter(torch.zeros(size, dtype=dtype)))
+    cap = 100  # bytes
+    fast = FastDataParallel(module.to(source([0, 1])), [0, 1], bucket_mb=cap / 2**20)
+    got = [b.positions for b in fast.buckets.buckets]
+    doubles, floats = [0, 1, 3, 5], [2, 4]
+    expected = [[doubles[k] for k in b] for b in assign_buckets([40, 240, 8, 64], cap)]
+    expected += [[floats[k] for k in b] for b in assign_buckets([20, 4], cap)]
+    assert got == expected == [[5, 3], [1], [0], [4, 2]]
+    assert plan_buckets(list(module.parameters()), cap) == expected
+
+
+def test_devices_are_checked_like_every_wrappers(monkeypatch):
+    seen = []
+    module = importlib.import_module(
+        "learn_parallel.data_parallel"
+    )  # the package's name is the function
+    monkeypatch.setattr(module, "check_balance", lambda devices: seen.append(devices))
+    FastDataParallel(net(on=[0, 1]), [0, 1])
+    assert [str(d) for d in seen[0]] == ["sim:0", "sim:1"]
+    # One device: the module is moved there, as DataParallel and TupleParallel do.
+    model, reference = net(), net()
+    assert_same(train(model, FastDataParallel(model, [1])), train(reference, reference))
+    assert model[0].weight.device == source([1])
 
 
 @pytest.mark.parametrize("rung", list(RUNGS))
@@ -171,23 +204,10 @@ def test_tied_weights_stay_tied_in_the_replicas_and_train_like_one_device():
 
     model = tied().to(source([0, 1]))
     fast = FastDataParallel(model, [0, 1])
-    for replica in fast._replicas:
+    for replica in fast.kept.replicas:
         assert replica[0] is replica[2]
     reference = tied()
     assert_same(train(model, fast), train(reference, reference))
-
-
-def test_ladder_quick_run_writes_every_rung(tmp_path):
-    argv = ["--out", str(tmp_path), "--quick", "--no-ddp", "--steps", "2", "--warmup", "1"]
-    assert ladder.main(argv + ["--workloads", "mlp"]) == 0
-    report = json.loads((tmp_path / "ladder.json").read_text())
-    status = {r["rung"]: r["status"] for r in report["rows"]}
-    assert status == {
-        "torch_dp": "not applicable", "persistent_workers": "not applicable",
-        "lean_replicate": "ok", "kept_replicas": "ok", "overlap_reduce": "ok",
-        "cuda_graphs": "not applicable",
-    }  # fmt: skip
-    assert all(r["step_ms"] > 0 and "timeline" in r for r in report["rows"] if r["status"] == "ok")
 
 
 @pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph")
@@ -256,7 +276,8 @@ class FakeCuda:
 def test_a_failed_capture_restores_streams_and_refuses_with_the_cause():
     model = net(on=[0, 1])
     fast = FastDataParallel(model, [0, 1])
-    fast.cuda_graphs = True  # simulated devices refuse it at construction; the fake stands in
+    # Simulated devices refuse cuda_graphs=True at construction; the fake CUDA stands in.
+    fast.graphs = ReplicaGraphs(fast.kept, fast.devices)
     fake = FakeCuda(2)
     x = batches()[0][0]
     with pytest.MonkeyPatch.context() as mp:
@@ -274,7 +295,7 @@ def test_a_failed_capture_restores_streams_and_refuses_with_the_cause():
         with pytest.raises(RuntimeError, match="capturing the replicas' CUDA graphs failed"):
             fast(x)
     # The eager forwards are back: evaluation still runs, and matches one device.
-    assert all("forward" not in replica.__dict__ for replica in fast._replicas)
+    assert all("forward" not in replica.__dict__ for replica in fast.kept.replicas)
     fast.eval()
     with torch.no_grad():
         torch.testing.assert_close(fast(x), model(x.to(source([0, 1]))), **TOL)

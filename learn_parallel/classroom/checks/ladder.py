@@ -10,34 +10,52 @@ from torch import nn
 from learn_parallel.classroom import exercise
 from learn_parallel.classroom.judge import observe
 from learn_parallel.classroom.tools import forbid, machine
-from learn_parallel.variants.fast import FastDataParallel, move_into_flat
+from learn_parallel.variants.fast import FastDataParallel
+from learn_parallel.variants.fast_buckets import GradientBuckets, plan_buckets
+from learn_parallel.variants.fast_replicas import move_into_flat
 
-CASES = [([10, 10, 10, 10], 20), ([5, 30, 5, 1, 1], 12), ([4], 100), ([8, 8, 8], 8), ([3, 9, 2], 5)]
+F32, F64 = torch.float32, torch.float64
+CASES = [  # (bytes per parameter, dtypes, cap in bytes)
+    ([40, 240, 20, 8, 4, 64], [F64, F64, F32, F64, F32, F64], 100),
+    ([50, 50, 50], [F64, F64, F64], 100),  # last first: [1, 2] and [0]; first first: [0, 1], [2]
+    ([16, 16, 16, 16], [F32, F64, F32, F64], 32),
+    ([8, 800, 8], [F64, F64, F64], 100),
+    ([4, 4, 8, 8], [F32, F32, F64, F64], 1000),
+]
 
 
-def real_plan(sizes: Sequence[int], cap: int) -> list[list[int]]:
-    """The buckets FastDataParallel makes for float32 parameters of ``sizes`` bytes."""
+def real_plan(sizes: Sequence[int], dtypes: Sequence[torch.dtype], cap: int) -> list[list[int]]:
+    """The buckets FastDataParallel makes for parameters of these sizes (bytes) and dtypes."""
     devices = machine().devices[:2]
     module = nn.Module()
-    for i, size in enumerate(sizes):
-        module.register_parameter(f"p{i}", nn.Parameter(torch.zeros(size // 4)))
+    for i, (size, dtype) in enumerate(zip(sizes, dtypes)):
+        numel = size // torch.empty(0, dtype=dtype).element_size()
+        module.register_parameter(f"p{i}", nn.Parameter(torch.zeros(numel, dtype=dtype)))
     module.to(devices[0].torch_device)
     fast = FastDataParallel(module, devices, bucket_mb=cap / 2**20)
-    return [bucket.positions for bucket in fast._buckets]
+    return [bucket.positions for bucket in fast.buckets.buckets]
+
+
+def _groups(buckets: list[list[int]]) -> list[list[int]]:
+    """Which parameters travel together: the order of buckets and inside one is free here."""
+    return sorted(sorted(bucket) for bucket in buckets)
 
 
 @exercise("bucket-plan", "Plan the buckets")
-def check_bucket_plan(plan_buckets: Callable[[Sequence[int], int], list[list[int]]]) -> None:
-    for sizes, cap in CASES:
-        sizes_bytes = [4 * s for s in sizes]
-        expected = real_plan(sizes_bytes, 4 * cap)
+def check_bucket_plan(
+    plan_buckets_answer: Callable[[Sequence[int], Sequence[torch.dtype], int], list[list[int]]],
+) -> None:
+    for sizes, dtypes, cap in CASES:
+        expected = real_plan(sizes, dtypes, cap)
         # Plan them yourself: asking FastDataParallel would only copy its answer.
-        with forbid((FastDataParallel, "__init__"), (FastDataParallel, "_build_buckets")):
-            got = plan_buckets(sizes_bytes, 4 * cap)
-        assert got == expected, (
-            f"For parameter sizes {sizes_bytes} bytes and a cap of {4 * cap} bytes, "
-            f"FastDataParallel makes buckets {expected}, you made {got}. Walk the parameters "
-            f"last first (backward's order) and close a bucket once it holds the cap or more."
+        with forbid((FastDataParallel, "__init__"), (GradientBuckets, "__init__"), plan_buckets):
+            got = plan_buckets_answer(list(sizes), list(dtypes), cap)
+        names = [str(d).removeprefix("torch.") for d in dtypes]
+        assert _groups(got) == _groups(expected), (
+            f"For parameters of {list(sizes)} bytes, dtypes {names}, and a cap of {cap} bytes, "
+            f"FastDataParallel makes buckets {expected}, you made {got}. A bucket holds one "
+            f"dtype: plan each dtype's parameters on their own with assign_buckets, then give "
+            f"back positions in the whole parameter list."
         )
 
 

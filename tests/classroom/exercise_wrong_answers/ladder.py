@@ -1,45 +1,53 @@
 WRONG_ANSWERS = {
     "bucket-plan": {
-        "walks the parameters first to last (forward's order)": """
-def plan_buckets(sizes, cap):
-    buckets, current, size = [], [], 0
-    for i, s in enumerate(sizes):
-        current.append(i)
-        size += s
-        if size >= cap:
-            buckets.append(current)
-            current, size = [], 0
-    return buckets + ([current] if current else [])
+        "plans all dtypes together, so a bucket mixes dtypes": """
+from learn_parallel.variants.collectives import assign_buckets
+
+
+def plan_buckets(sizes, dtypes, cap):
+    return assign_buckets(sizes, cap)
 """,
-        "closes a bucket only once it holds more than the cap": """
-def plan_buckets(sizes, cap):
-    buckets, current, size = [], [], 0
-    for i in reversed(range(len(sizes))):
-        current.append(i)
-        size += sizes[i]
-        if size > cap:
-            buckets.append(current)
-            current, size = [], 0
-    return buckets + ([current] if current else [])
+        "walks each dtype's parameters first to last (forward's order)": """
+def plan_buckets(sizes, dtypes, cap):
+    buckets = []
+    for dtype in dict.fromkeys(dtypes):
+        current, size = [], 0
+        for i in [i for i, d in enumerate(dtypes) if d == dtype]:
+            if current and size + sizes[i] > cap:
+                buckets.append(current)
+                current, size = [], 0
+            current.append(i)
+            size += sizes[i]
+        buckets += [current] if current else []
+    return buckets
 """,
-        "drops the last, partly filled bucket": """
-def plan_buckets(sizes, cap):
-    buckets, current, size = [], [], 0
-    for i in reversed(range(len(sizes))):
-        current.append(i)
-        size += sizes[i]
-        if size >= cap:
-            buckets.append(current)
-            current, size = [], 0
+        "gives positions inside each dtype's group, not in the parameter list": """
+from learn_parallel.variants.collectives import assign_buckets
+
+
+def plan_buckets(sizes, dtypes, cap):
+    buckets = []
+    for dtype in dict.fromkeys(dtypes):
+        buckets += assign_buckets([s for s, d in zip(sizes, dtypes) if d == dtype], cap)
     return buckets
 """,
         "asks the forbidden FastDataParallel for its buckets": """
-def plan_buckets(sizes, cap):
+def plan_buckets(sizes, dtypes, cap):
     module = nn.Module()
-    for i, size in enumerate(sizes):
-        module.register_parameter(f"p{i}", nn.Parameter(torch.zeros(size // 4)))
+    for i, (size, dtype) in enumerate(zip(sizes, dtypes)):
+        numel = size // torch.empty(0, dtype=dtype).element_size()
+        module.register_parameter(f"p{i}", nn.Parameter(torch.zeros(numel, dtype=dtype)))
     fast = lp.FastDataParallel(module.to(SOURCE), DEVICES[:2], bucket_mb=cap / 2**20)
-    return [bucket.positions for bucket in fast._buckets]
+    return [bucket.positions for bucket in fast.buckets.buckets]
+""",
+        "calls the package's own plan_buckets": """
+from learn_parallel.variants.fast_buckets import plan_buckets as package_plan
+
+
+def plan_buckets(sizes, dtypes, cap):
+    params = [torch.zeros(s // torch.empty(0, dtype=d).element_size(), dtype=d)
+              for s, d in zip(sizes, dtypes)]
+    return package_plan(params, cap)
 """,
     },
     "refresh-in-place": {

@@ -1,0 +1,143 @@
+"""The ladder driver: interleaved rounds, rows with their spread, DDP through run_ranks.
+
+A quick run on simulated devices writes every rung (the CUDA-only ones as not
+applicable), each row with one median per round and their min / median / max; the
+rounds really interleave the rungs, with DDP's processes once per round; the verdict
+rule calls a difference inside the rounds' range a tie; the plot draws that range.
+"""
+
+import json
+import warnings
+
+import matplotlib
+import pytest
+
+from experiments import ladder as driver
+from learn_parallel.lab import bridges, ladder, ladder_rungs
+from learn_parallel.lab.ladder_rungs import DDP_ROWS, LADDER
+
+matplotlib.use("Agg")
+
+CUDA_ONLY = {r.name for r in LADDER if r.needs_cuda}
+
+
+def quick(tmp_path, *extra):
+    argv = ["--out", str(tmp_path), "--quick", "--steps", "2", "--warmup", "1"]
+    assert driver.main([*argv, "--workloads", "mlp", *extra]) == 0
+    return json.loads((tmp_path / "ladder.json").read_text())
+
+
+def test_quick_run_writes_every_rung_with_its_rounds(tmp_path):
+    report = quick(tmp_path, "--no-ddp", "--repeats", "2", "--timeline-steps", "1")
+    rows = {r["rung"]: r for r in report["rows"]}
+    assert list(rows) == [r.name for r in LADDER]
+    names = set(rows)
+    for name, row in rows.items():
+        assert row["below"] is None or row["below"] in names
+        if name in CUDA_ONLY:
+            assert (row["status"], row["note"]) == ("not applicable", "needs CUDA GPUs")
+            continue
+        assert row["status"] == "ok", row["note"]
+        assert len(row["repeats"]) == 2 and [len(s) for s in row["step_ms_all"]] == [2, 2]
+        assert row["step_ms_min"] <= row["step_ms"] <= row["step_ms_max"]
+        assert sorted(row["repeats"]) == [row["step_ms_min"], row["step_ms_max"]]
+        assert row["timeline"]["records"], name  # every rung we built marks its phases
+    assert report["schema"] == "learn_parallel.lab.ladder/2" and report["repeats"] == 2
+
+
+def test_rounds_interleave_the_rungs_with_ddp_once_per_round(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_round(row, rung, workload, count, warmup, steps, timeline_steps):
+        calls.append(rung.name)
+        row["repeats"].append(1.0)
+        row["step_ms_all"].append([1.0])
+
+    monkeypatch.setattr(ladder, "measure_round", fake_round)
+    monkeypatch.setattr(ladder, "ddp_round", lambda *args: calls.append("ddp"))
+    workloads = ladder.default_workloads(False, quick=True)[1:]
+    ladder.run("ladder", workloads, 2, tmp_path, repeats=3, progress=False)
+    eager = [r.name for r in LADDER if not r.measure_last]
+    last = [r.name for r in LADDER if r.measure_last]
+    assert calls == (eager + ["ddp"] + last) * 3
+
+
+def test_ddp_rows_come_from_run_ranks_processes(tmp_path):
+    report = quick(tmp_path, "--repeats", "1")
+    rows = {r["rung"]: r for r in report["rows"]}
+    assert set(DDP_ROWS) <= set(rows)
+    assert rows["ddp"]["status"] == "ok", rows["ddp"]["note"]
+    assert len(rows["ddp"]["repeats"]) == 1 and len(rows["ddp"]["step_ms_all"][0]) == 2
+    assert rows["ddp_graphs"]["status"] == "not applicable"  # gloo processes: no CUDA graphs
+
+
+def _row(rung, repeats, below=None):
+    median = sorted(repeats)[len(repeats) // 2]
+    row = {"rung": rung, "workload": "mlp", "status": "ok", "note": "", "below": below}
+    return {**row, "repeats": repeats, "step_ms": median}
+
+
+def test_verdict_calls_a_difference_inside_the_rounds_range_a_tie():
+    low, high = _row("a", [10.0, 10.2, 10.4]), _row("b", [10.3, 10.5, 10.6])
+    assert bridges.verdict(low, high) == bridges.verdict(high, low) == "tie"  # ranges overlap
+    fast = _row("c", [9.0, 9.1, 9.2])
+    assert bridges.verdict(fast, high) == "faster" and bridges.verdict(high, fast) == "slower"
+    old = {"rung": "d", "step_ms": 8.0}  # recorded before rounds existed: one median
+    assert bridges.verdict(old, high) == "one round"
+
+
+def test_table_gives_each_rung_its_spread_ratio_and_verdicts():
+    report = {
+        "set": "ladder",
+        "hardware": {"label": "2 x test GPU"},
+        "workloads": {"mlp": {"title": "MLP"}},
+        "rows": [
+            _row("own_optimizers", [12.0, 12.5, 13.0]),
+            _row("per_device_inputs", [9.0, 9.5, 10.0], below="own_optimizers"),
+            _row("ddp", [9.8, 10.0, 10.2]),
+            {"rung": "ddp_graphs", "workload": "mlp", "status": "failed", "note": "refused\nx"},
+        ],
+    }
+    table = bridges.ladder_table(report)
+    assert "per_device_inputs           9.50 ms (9.00-10.00)  0.95 x DDP" in table
+    assert "faster vs own_optimizers, tie vs ddp" in table
+    assert "own_optimizers             12.50 ms (12.00-13.00)  1.25 x DDP, slower vs ddp" in table
+    assert "ddp_graphs              failed: refused" in table
+
+
+def test_plot_draws_each_rounds_range():
+    report = {
+        "hardware": {"label": "2 x test GPU", "device_type": "cuda"},
+        "workloads": {"mlp": {"title": "MLP"}},
+        "rows": [_row("own_optimizers", [12.0, 13.0]), _row("ddp", [9.0, 10.0])],
+    }
+    ax = bridges.plot_ladder(report, "mlp", "test").axes[0]
+    whiskers = [line.get_ydata() for line in ax.get_lines() if line.get_linestyle() == "-"]
+    assert sorted(map(list, whiskers)) == [[9.0, 10.0], [12.0, 13.0]]
+    assert [t.get_text() for t in ax.texts] == [
+        "1.30x",
+        "1.00x",
+    ]  # 13 / 10: medians of two take the upper
+
+
+@pytest.mark.parametrize("argv", [["--repeats", "0"], ["--steps", "0"]])
+def test_driver_refuses_empty_rounds(tmp_path, argv):
+    with pytest.raises(SystemExit):
+        driver.main(["--out", str(tmp_path), "--quick", *argv])
+
+
+def test_a_rung_that_warns_keeps_its_times_and_says_why_in_its_note():
+    def make(workload, devices):
+        def step():
+            message = "capturing the step on sim:1 was refused (X); eagerly"
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+
+        return step, None
+
+    rung = ladder_rungs.Rung("shaky", "a change", "none", False, make)
+    row = ladder._row("shaky", "a change", "none", None, "mlp", 2)
+    workload = ladder.default_workloads(False, quick=True)[1]
+    for _ in range(2):
+        ladder.measure_round(row, rung, workload, 2, warmup=0, steps=2, timeline_steps=0)
+    assert row["status"] == "ok" and len(row["repeats"]) == 2
+    assert row["note"] == "capturing the step on sim:1 was refused (X); eagerly"  # said once
