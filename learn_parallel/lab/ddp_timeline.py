@@ -3,7 +3,8 @@
 `compare` (the DDP chapter) times `learn_parallel.DistributedDataParallel` and torch's
 DDP in the same processes (`run_ranks`: NCCL on GPUs, gloo processes on the CPU), our
 `DataParallel` on as many devices in this process, and records a few steps of each of
-ours per rank and device. (torch's DDP alone, for the benchmark and the ladder, is `ddp_times`.) A step is as slow as its slowest rank, so each step keeps the maximum over ranks.
+ours per rank and device. A step is as slow as its slowest rank, so each step keeps the
+maximum over ranks. torch's DDP alone, for the benchmark and the ladder, is `ddp_times`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import gc
 import os
 import statistics
 import time
-from collections.abc import Sequence
 from dataclasses import asdict
 from functools import partial
 from typing import Any

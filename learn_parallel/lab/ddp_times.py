@@ -1,12 +1,12 @@
 """torch's DistributedDataParallel timed in its own processes, one per device.
 
-The benchmark's DDP rows and the ladder's come from `time_ddp`. It starts the ranks (`processes.run_ranks`: NCCL on GPUs, gloo processes on a
-CPU); every rank trains every workload on its share of the batch with torch's DDP and
-times it (a step is as slow as its slowest rank). On GPUs each rank then also times
-DDP with its whole step captured in one CUDA graph, set up as torch's CUDA notes
-require for capturing DDP with NCCL 2.9.6 or later: async error handling off, DDP
-built on a side stream, at least 11 eager iterations before the capture. Where the
-capture is refused, the row says why.
+The benchmark's DDP rows and the ladder's come from `time_ddp`. It starts the ranks
+(`processes.run_ranks`: NCCL on GPUs, gloo processes on a CPU); every rank trains every
+workload on its share of the batch with torch's DDP and times it (a step is as slow as
+its slowest rank). On GPUs each rank can then also time DDP with its whole step
+captured in one CUDA graph, set up as torch's CUDA notes require for capturing DDP with
+NCCL 2.9.6 or later: async error handling off, DDP built on a side stream, at least 11
+eager iterations before the capture. Where the capture is refused, the row says why.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from learn_parallel.devices import to_device
-from learn_parallel.lab.steps import train_step
 from learn_parallel.lab.processes import rank_device, rank_step_times, run_ranks, share
+from learn_parallel.lab.steps import train_step
 from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
 from learn_parallel.variants.fast_graphs import restored_cuda_streams
 

@@ -26,10 +26,10 @@ import torch
 
 from learn_parallel.devices import resolve_device_ids, synchronize
 from learn_parallel.lab import provenance
-from learn_parallel.lab.steps import record_timeline
 from learn_parallel.lab.ddp_timeline import choose_backend
 from learn_parallel.lab.ddp_times import time_ddp
 from learn_parallel.lab.ladder_rungs import CLONE_SET, DDP_ROWS, LADDER, LR, SEED, Rung
+from learn_parallel.lab.steps import record_timeline
 from learn_parallel.lab.timing import describe_hardware, step_times_ms
 from learn_parallel.lab.workloads import (
     Workload,
