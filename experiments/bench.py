@@ -3,7 +3,7 @@
     python -m experiments.bench --devices 1,2,4 --out out/bench     (from a clone)
 
 Times one device, learn_parallel.DataParallel, torch.nn.DataParallel and torch's DDP
-side by side (`learn_parallel.lab.bench.run`, which the performance chapter calls live)
+side by side (`experiments.benchmark.run`)
 and writes what it measured under ``--out``: ``bench.json`` (numbers, timelines,
 hardware, command, git commit) and the plots. ``book/data/record_gpu_runs.sh`` (part
 ``bench``) records it on GPUs for the performance chapter.
@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments import benchmark as bench
 from experiments import write_record
-from learn_parallel.lab import bench
 from learn_parallel.lab.workloads import CONV_MODELS
 
 DESCRIPTION = (

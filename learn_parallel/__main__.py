@@ -15,8 +15,7 @@ import torch
 from torch import nn
 
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import device_type
-from learn_parallel.lab.bench import device_count_error
+from learn_parallel.devices import device_count_error, device_type
 
 
 class _Reporter(nn.Module):

@@ -108,6 +108,20 @@ def device_count() -> int:
     return sim.device_count()  # LEARN_PARALLEL_SIMULATED_DEVICES, default 4
 
 
+def device_count_error(asked: int) -> str | None:
+    """Why ``asked`` devices cannot be used here, with the fix; None if they can. The demo
+    and the benchmark refuse, rather than simulate more than were asked for."""
+    have = device_count()  # reads LEARN_PARALLEL_SIMULATED_DEVICES: a bad value raises here
+    if asked <= have:
+        return None
+    if device_type() == "sim":
+        return (
+            f"{asked} devices asked for, but there are only {have} simulated devices; "
+            f"set {SIMULATED_DEVICES_ENV}={asked} to simulate more"
+        )
+    return f"{asked} devices asked for, but this machine has {have} GPUs"
+
+
 def first_device() -> torch.device:
     """Where a model goes before ``DataParallel(model)`` wraps it: the first device.
 

@@ -226,6 +226,7 @@ def run(
         "replicate_host_ms": host,
         "duration_s": round(time.perf_counter() - started, 1),
     }
+    report = provenance.stamp(report, f"{which}.json")
     (out / f"{which}.json").write_text(json.dumps(report, indent=1))
     return report
 

@@ -28,7 +28,9 @@ from learn_parallel.devices import (
 from learn_parallel.lab import records
 from learn_parallel.lab.kernels import with_gpu_times
 from learn_parallel.lab.persistent_workers import run_fresh_threads
+from learn_parallel.lab.steps import make_step, one_device
 from learn_parallel.lab.timing import Hardware, Recorder, Timeline, describe_hardware, step_times_ms
+from learn_parallel.lab.workloads import SIZES
 from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.replicate import check_on_source_device, copy_to_devices, replicate
 from learn_parallel.scatter_gather import gather, scatter
@@ -279,6 +281,28 @@ def training_timeline(devices: Sequence[DeviceLike] | None = None) -> Timeline:
         return rec.timeline()
 
     return with_gpu_times(record)
+
+
+def wrapper_scaling(devices: Sequence[DeviceLike] | None = None) -> list[dict[str, Any]]:
+    """Performance chapter: one training step of the small MLP with no wrapper, ours and
+    torch's DataParallel on 1, 2 and 4 devices; rows as in a recorded ``bench.json``."""
+    devs = _devices(devices)
+    workload = SIZES["quick"]["mlp"].resolved()
+    wrappers = {"single": one_device, "learn_parallel": DataParallel}
+    wrappers["torch_dp"] = torch.nn.DataParallel
+    rows = []
+    for n in [n for n in (1, 2, 4) if n <= len(devs)]:
+        for name, wrap in wrappers.items():
+            if name == "single" and n > 1:
+                continue
+            step, _, _ = make_step(workload, devs[:n], wrap)
+            times = step_times_ms(step, devs[:n], warmup=2, steps=5)
+            ms = statistics.median(times)
+            rows.append(
+                {"implementation": name, "devices": n, "status": "ok", "step_ms": ms}
+                | {"step_ms_all": times, "samples_per_s": workload.batch / (ms / 1e3)}
+            )
+    return rows
 
 
 def _counts(devs: Sequence[Device]) -> list[int]:

@@ -26,43 +26,36 @@ import torch
 
 COMMIT_ENV = "LEARN_PARALLEL_COMMIT"  # set by the recording script where .git did not travel
 
-# The steps every DataParallel step runs, and the recorder that times them.
+# What each recording measured, as paths in a clone; the files outside the package (the
+# experiment drivers) are compared only where they exist, as in a clone.
 _CORE = [
-    "devices.py",
-    "nested.py",
-    "phases.py",
-    "scatter_gather.py",
-    "replicate.py",
-    "parallel_apply.py",
-    "data_parallel.py",
+    f"learn_parallel/{name}.py"
+    for name in ("devices", "nested", "phases", "scatter_gather", "replicate")
+    + ("parallel_apply", "data_parallel", "lab/timing", "lab/steps", "lab/kernels", "lab/workloads")
 ]
-_TIMED = [*_CORE, "lab/timing.py", "lab/steps.py", "lab/workloads.py"]
-
-# What each recording measures: package files, relative to learn_parallel/.
+_FAST = [f"learn_parallel/variants/{n}.py" for n in ("fast", "fast_buckets", "fast_graphs")]
+_FAST += [f"learn_parallel/variants/{n}.py" for n in ("fast_replicas", "replicated")]
+_LADDER = [f"learn_parallel/lab/{n}.py" for n in ("ladder", "ladder_rungs", "ddp_times")]
 MEASURED: dict[str, list[str]] = {
-    "chapters.json": [*_TIMED, "lab/measure.py", "variants/tuple_parallel.py"],
-    "bench.json": [*_TIMED, "lab/bench.py", "lab/processes.py", "variants/fast.py"],
-    "chain_bench.json": [*_TIMED, "lab/chain_bench.py", "variants/options.py"],
-    "ladder.json": [
-        *_TIMED,
-        "lab/ladder.py",
-        "lab/processes.py",
-        "variants/fast.py",
-        "variants/collectives.py",
-        "variants/clone_replicate.py",
-    ],
-    "clone.json": [*_TIMED, "lab/ladder.py", "variants/clone_replicate.py"],
+    "chapters.json": [*_CORE, "learn_parallel/lab/measure.py", "experiments/measure.py"]
+    + ["learn_parallel/variants/tuple_parallel.py"],
+    "bench.json": [*_CORE, "learn_parallel/lab/ddp_times.py", "experiments/benchmark.py"],
+    "chain_bench.json": [*_CORE, "learn_parallel/lab/chain_bench.py"]
+    + ["learn_parallel/variants/options.py", "experiments/chain_bench.py"],
+    "ladder.json": [*_CORE, *_LADDER, *_FAST, "learn_parallel/variants/collectives.py"]
+    + ["learn_parallel/variants/clone_replicate.py", "experiments/ladder.py"],
+    "clone.json": [*_CORE, *_LADDER, "learn_parallel/variants/clone_replicate.py"],
     "distributed.json": [
-        *_TIMED,
-        "lab/ddp_timeline.py",
-        "lab/processes.py",
-        "variants/distributed.py",
-        "variants/collectives.py",
-    ],
-    "persistent_workers.json": ["parallel_apply.py", "lab/persistent_workers.py"],
-    "timeline_check.json": [*_TIMED],
-    "recorder_cost.json": [*_TIMED, "lab/trace.py"],
-    "gather_probe.json": ["lab/gather_probe.py"],
+        *_CORE,
+        "learn_parallel/lab/ddp_timeline.py",
+        "experiments/ddp_timeline.py",
+    ]
+    + ["learn_parallel/variants/distributed.py", "learn_parallel/variants/collectives.py"],
+    "persistent_workers.json": ["learn_parallel/parallel_apply.py"]
+    + ["learn_parallel/lab/persistent_workers.py", "experiments/persistent_workers.py"],
+    "timeline_check.json": [*_CORE, "experiments/timeline_check.py"],
+    "recorder_cost.json": [*_CORE, "learn_parallel/lab/trace.py", "experiments/recorder_cost.py"],
+    "gather_probe.json": ["learn_parallel/lab/gather_probe.py", "experiments/gather_probe.py"],
 }
 
 
@@ -71,11 +64,12 @@ def package_dir() -> Path:
 
 
 def file_hashes(names: Iterable[str]) -> dict[str, str]:
-    """``{name: sha256}`` of package files (``name`` relative to ``learn_parallel/``).
+    """``{name: sha256}`` of files named as in a clone (``learn_parallel/devices.py``).
 
-    A file that does not exist (moved, or deleted since) hashes to ``"missing"``.
+    A file that does not exist here (moved, deleted, or a driver a wheel does not carry)
+    hashes to ``"missing"``.
     """
-    root = package_dir()
+    root = package_dir().parent
     hashes = {}
     for name in sorted(set(names)):
         path = root / name
@@ -140,10 +134,18 @@ def stamp(report: dict[str, Any], recording: str) -> dict[str, Any]:
 
 
 def changed_since(record: dict[str, Any]) -> list[str]:
-    """The measured files of ``record`` that differ from the package's files now."""
+    """The measured files of ``record`` that differ from the files here now.
+
+    A file outside the package that is missing here (a wheel has no ``experiments/``) is
+    unknown, not changed.
+    """
     measured = record.get("measured") or {}
     now = file_hashes(measured)
-    return [name for name, digest in measured.items() if now[name] != digest]
+    return [
+        name
+        for name, digest in measured.items()
+        if now[name] != digest and (name.startswith("learn_parallel/") or now[name] != "missing")
+    ]
 
 
 def recordings() -> list[Path]:

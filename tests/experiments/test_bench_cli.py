@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from experiments import bench as cli
-from learn_parallel.lab import bench, provenance
+from experiments import benchmark as bench
+from learn_parallel.lab import provenance
 from learn_parallel.lab.timing import PHASES, Timeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,10 +66,9 @@ def test_report_has_metadata(quick_run):
     assert meta["command"].startswith("python -m experiments.bench --quick")
     assert meta["hardware"]["label"] == "2 simulated CPU devices"  # the most that ran
     assert report["commit"] is None or len(report["commit"]) == 40  # provenance.stamp
-    assert (
-        report["measured"]["scatter_gather.py"]
-        == provenance.file_hashes(["scatter_gather.py"])["scatter_gather.py"]
-    )
+    name = "learn_parallel/scatter_gather.py"
+    assert report["measured"][name] == provenance.file_hashes([name])[name]
+    assert report["measured"]["experiments/benchmark.py"] != "missing"
     assert report["command"] == meta["command"]
     assert meta["torch_version"] and meta["date"]
     assert meta["settings"]["devices"] == [1, 2]

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 import learn_parallel as lp
-from learn_parallel.lab import bench, gather_probe, persistent_workers, records
+from experiments import benchmark as bench
+from learn_parallel.lab import gather_probe, persistent_workers, records
 from learn_parallel.lab.timing import (
     HOST,
     Hardware,

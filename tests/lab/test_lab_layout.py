@@ -86,7 +86,7 @@ def test_every_lab_module_is_used_by_a_chapter_a_test_or_another_lab_module():
 
 
 def test_the_finder_sees_a_chapter_import_and_ignores_a_module_naming_itself():
-    assert _lab_modules_in("from learn_parallel.lab import bench, measure") == {"bench", "measure"}
+    assert _lab_modules_in("from learn_parallel.lab import steps, measure") == {"steps", "measure"}
     shown = 'show_source("learn_parallel.lab.steps.train_step")'
     assert _lab_modules_in(shown, chapter=True) == {"steps"} and not _lab_modules_in(shown)
     magic = "%matplotlib inline\nfrom learn_parallel.lab.plots import x"

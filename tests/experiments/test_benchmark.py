@@ -11,7 +11,8 @@ only its own workload. No test here asserts any speed.
 import pytest
 import torch
 
-from learn_parallel.lab import bench, steps
+from experiments import benchmark as bench
+from learn_parallel.lab import steps
 from learn_parallel.lab.processes import RankFailed, share
 from learn_parallel.lab.timing import Timeline
 from learn_parallel.lab.workloads import Workload

@@ -1,10 +1,12 @@
 """The benchmark as a function: one device, both DataParallels and DDP, side by side.
 
+``python -m experiments.bench`` is its command line (from a clone; the wheel ships neither).
+
 Every measurement is a full training step (`steps.train_step`) on synthetic data: warm-up
 steps, then timed steps, each ended by a synchronize of every device; the median is
 reported. A few more steps are recorded per device after the timed ones, so recording
 never slows them. DDP runs one process per device. The performance chapter calls
-``run(settings(quick=True, ...))`` live beside the runs recorded on GPUs.
+its recorded ``bench.json``; its live cell uses ``measure.wrapper_scaling``.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import torch
 
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import (
-    SIMULATED_DEVICES_ENV,
     device_count,
+    device_count_error,
     device_type,
     resolve_device_ids,
 )
@@ -42,7 +44,7 @@ from learn_parallel.lab.trace import chrome_trace
 from learn_parallel.lab.workloads import SIZES, Workload, build_model, parameter_count
 
 IMPLEMENTATIONS = ("single", "learn_parallel", "torch_dp", "ddp")
-SCHEMA = "learn_parallel.lab.bench/1"
+SCHEMA = "learn_parallel.lab.bench/1"  # unchanged since the module moved: old files read alike
 WRAPPERS = {"single": one_device, "learn_parallel": DataParallel, "torch_dp": torch.nn.DataParallel}
 
 
@@ -67,20 +69,6 @@ class Settings:
     ddp_timeout: float = 300.0
     notes: list[str] = field(default_factory=list)
     trace: Path | None = None  # Chrome/Perfetto traces: PATH's stem + "-<group>-<impl>-<n>.json"
-
-
-def device_count_error(asked: int) -> str | None:
-    """Why ``asked`` devices cannot be used here, with the fix; None if they can. The demo
-    and the benchmark both refuse, rather than one of them simulating more."""
-    have = device_count()  # reads LEARN_PARALLEL_SIMULATED_DEVICES: a bad value raises here
-    if asked <= have:
-        return None
-    if device_type() == "sim":
-        return (
-            f"{asked} devices asked for, but there are only {have} simulated devices; "
-            f"set {SIMULATED_DEVICES_ENV}={asked} to simulate more"
-        )
-    return f"{asked} devices asked for, but this machine has {have} GPUs"
 
 
 def settings(
