@@ -60,9 +60,11 @@ class Measurement:
 def median_ms(fn: Callable[[], Any], device: Device, repeats: int = 15) -> float:
     """Median time of ``fn()`` in milliseconds, measured on ``device``.
 
-    On a GPU the clock is a pair of CUDA events on that GPU's current stream, so
-    it measures the GPU's work, not Python's; on a simulated device it is the
-    host clock. One untimed warm-up call first.
+    On a GPU the clock is a pair of CUDA events on that GPU's current stream: from
+    the moment the stream reaches the first to the moment it reaches the second, so
+    it includes the GPU waiting for Python to launch the next kernel (a call that
+    queues no GPU work still takes a few microseconds). On a simulated device it is
+    the host clock. One untimed warm-up call first.
     """
     fn()
     samples = []
@@ -182,7 +184,8 @@ def replicate_copy(devices: Sequence[DeviceLike] | None = None, width: int = 102
         [str(d) for d in devs],
         {"copy": times},
         describe_hardware(devs).label(clock=True),
-        note="Replica 0 shares the original's storage, so its bar is only overhead.",
+        note="Replica 0 keeps the original tensors; on GPUs broadcast_coalesced still "
+        "flattens them into one buffer on the source first, a real copy.",
     )
 
 
@@ -355,7 +358,7 @@ def tuple_vs_data_parallel(
         "median step time (ms)",
         [str(n) for n in counts],
         series,
-        describe_hardware(devs).label(clock=True),
+        describe_hardware(devs).label(clock="host clock around whole steps"),
         numeric_x=True,
     )
 
