@@ -1,0 +1,103 @@
+"""Every measured number or verdict in the chapters' prose is tied to its recording.
+
+A chapter prints what it measured from a cell that reads the recording (or its live run).
+Where the prose itself must carry a number or a verdict about a recording, the sentence is
+registered in `CLAIMS` with a function that checks it against the recording, so a new
+recording that disagrees fails here instead of leaving the sentence wrong.
+
+``test_no_unregistered_measured_number`` reads every Markdown cell (solutions excepted)
+and finds each time (ms, µs, s), ratio (1.9x), percentage and memory amount; each must sit
+inside a registered claim, or in `NOT_MEASURED` (a setting or a size, with the reason).
+Verdicts ("faster", "a tie") come from `learn_parallel.lab.spread.compare` over
+interleaved repeats, in the cells or in the claims' checks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+from _book import BOOK
+
+
+@dataclass(frozen=True)
+class Claim:
+    chapter: str
+    text: str  # a verbatim piece of the chapter's Markdown
+    holds: Callable[[], bool]  # checks the text against the recording it speaks of
+    recording: str  # which recording, for the reader of this file
+
+
+def _recorded():
+    from learn_parallel.lab.chapter import RECORDED_MACHINE
+    from learn_parallel.lab.measure import load_recorded
+
+    return load_recorded(RECORDED_MACHINE)
+
+
+CLAIMS: list[Claim] = [
+    # -- intro, devices, source_device, scatter, replicate, gather, glossary
+    # -- parallel_apply, data_parallel, distributed, tuple_parallel, options, pitfalls
+    # -- performance, ladder, libtorch_replicate, teaching
+]
+
+# Numbers in prose that were not measured: settings, sizes, shapes (chapter, text, why).
+NOT_MEASURED: list[tuple[str, str, str]] = [
+    ("distributed", "25 MiB", "DDP's default bucket_cap_mb, a setting"),
+    ("distributed", "1 MiB", "the bucket size the chapter chooses, a setting"),
+    ("ladder", "25 MB", "the bucket cap the rungs use, a setting"),
+    ("scatter", "4 MiB", "the size of the tensor the cell scatters (4096 x 256 floats)"),
+    ("tuple_parallel", "8 MiB", "the size of the batch the cell builds"),
+    ("tuple_parallel", "4 MiB", "the size of each piece of that batch"),
+    ("parallel_apply", "5 ms", "the sleep the demo's replicas do, a setting"),
+]
+
+MEASURED = re.compile(
+    r"(?<![\w.])\d+(?:[.,]\d+)?\s?(?:ms|µs|us|s|%|x|×|MiB|MB|GiB|GB|GB/s|TB/s)(?![\w/])"
+)
+SHAPE = re.compile(r"\d+\s?x\s?\d")  # 512 x 1024: a shape, not a ratio
+
+
+def _markdown(chapter: str) -> str:
+    cells = json.loads((BOOK / f"{chapter}.ipynb").read_text())["cells"]
+    return "\n\n".join(
+        "".join(c["source"])
+        for c in cells
+        if c["cell_type"] == "markdown" and "<summary>Solution" not in "".join(c["source"])
+    )
+
+
+CHAPTERS = sorted(p.stem for p in BOOK.glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: f"{c.chapter}: {c.text[:40]}")
+def test_each_claim_is_in_its_chapter_and_true_of_its_recording(claim):
+    assert claim.text in _markdown(claim.chapter), f"{claim.chapter} no longer says it"
+    assert claim.holds(), f"{claim.chapter}: the recording ({claim.recording}) disagrees"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_no_unregistered_measured_number(chapter):
+    text = _markdown(chapter)
+    covered = [c.text for c in CLAIMS if c.chapter == chapter]
+    covered += [t for ch, t, _ in NOT_MEASURED if ch == chapter]
+    loose = []
+    for match in MEASURED.finditer(text):
+        if SHAPE.match(text, match.start()):
+            continue
+        around = text[max(0, match.start() - 200) : match.end() + 200]
+        if not any(c in around and match.group(0) in c for c in covered):
+            loose.append(match.group(0))
+    assert not loose, (
+        f"{chapter}: numbers typed into the prose without a recording behind them: {loose}. "
+        "Print them from the recording in a cell, or register the sentence in CLAIMS."
+    )
+
+
+def test_the_scanner_finds_typed_measurements_and_skips_shapes():
+    found = [m.group(0) for m in MEASURED.finditer("took 24.99 ms, 1.9x DDP, 7 % and 671 MiB")]
+    assert found == ["24.99 ms", "1.9x", "7 %", "671 MiB"]
+    assert SHAPE.match("512 x 1024") and not SHAPE.match("1.9x")
