@@ -119,6 +119,8 @@ def test_a_refused_capture_says_why_in_one_line_and_trains_eagerly():
 
 def test_graphs_refuse_a_new_input_shape():
     step, _, _ = two_gpus(with_batch_norm, cuda_graphs=True)
+    # Backward is replayed whole, so its all-reduces wait for its end: one bucket per dtype.
+    assert len(step.buckets.buckets) == len({p.dtype for p in step.replicas[0].parameters()})
     x, y = batches()[0]
     with pytest.raises(ValueError, match="drop_last=True"):
         step(split_batch((x[:6], y[:6]), 2))
