@@ -27,9 +27,9 @@ from learn_parallel.devices import (
     device_type,
     simulate_for_lessons,
 )
-from learn_parallel.lab import measure
+from learn_parallel.lab import measure, provenance, records
 from learn_parallel.lab.plots import plot_measurement, plot_timeline
-from learn_parallel.lab.source import show_source
+from learn_parallel.lab.source import short_tracebacks, show_source
 from learn_parallel.lab.steps import one_thread_per_device
 from learn_parallel.lab.timing import describe_hardware
 
@@ -53,6 +53,7 @@ __all__ = [
     "plan_devices",
     "plot_measurement",
     "plt",
+    "recorded_summary",
     "show",
     "show_source",
     "show_timelines",
@@ -120,6 +121,18 @@ HARDWARE = describe_hardware(DEVICES).label(clock=True)  # "4 simulated CPU devi
 time_ms = measure.median_ms  # median of 15 runs: CUDA events on a GPU, host clock otherwise
 # Shipped in learn_parallel/lab/recorded: an install without them fails here, saying how to fix it.
 RECORDED = measure.load_recorded(RECORDED_MACHINE)
+short_tracebacks()  # error demonstrations end in their message, not in pages of torch
+
+
+def recorded_summary() -> str:
+    """One line on the GPU runs the chapters show, and one per recording whose code changed."""
+    lines = [f"recorded GPU runs: {RECORDED.hardware}, {RECORDED.date[:10]}"]
+    for name in ("chapters.json", "bench.json", "chain_bench.json"):
+        record = records.read_json(name, RECORDED_MACHINE)
+        stale = record and provenance.staleness_line(record)
+        if stale:
+            lines.append(f"{name}: {stale}")
+    return "\n".join(lines)
 
 
 def show(live: measure.Measurement) -> None:

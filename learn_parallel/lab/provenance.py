@@ -154,29 +154,30 @@ def recordings() -> list[Path]:
     return sorted(p for p in root.rglob("*.json") if p.name in MEASURED)
 
 
-def stale_recordings() -> list[tuple[Path, list[str]]]:
-    """``(recording, changed files)`` for each recording whose measured code changed since."""
-    stale = []
+def stale_recordings() -> list[tuple[Path, str]]:
+    """``(recording, why)`` for each shipped recording that is stale (`staleness_line`)."""
+    found = []
     for path in recordings():
-        changed = changed_since(json.loads(path.read_text()))
-        if changed:
-            stale.append((path, changed))
-    return stale
+        line = staleness_line(json.loads(path.read_text()))
+        if line:
+            found.append((path, line))
+    return found
 
 
 def staleness_line(record: dict[str, Any]) -> str | None:
-    """One line for a chapter when ``record`` measured code that has changed, else None."""
+    """One line for a chapter when ``record`` measured code that has changed (or does not say
+    what it measured), else None."""
+    short = (record.get("commit") or "")[:7] or "an unknown commit"
+    if "measured" not in record:
+        return f"recorded from {short}, before recordings named the code they measured"
     changed = changed_since(record)
-    if not changed:
-        return None
-    short = (record.get("commit") or "an unknown commit")[:7]
-    return f"recorded from {short}; {', '.join(changed)} changed since"
+    return f"recorded from {short}; {', '.join(changed)} changed since" if changed else None
 
 
 if __name__ == "__main__":
     root = package_dir() / "lab" / "recorded"
     found = stale_recordings()
-    for path, changed in found:
-        print(f"{path.relative_to(root)}: {', '.join(changed)} changed since")
-    print(f"{len(found)} of {len(recordings())} recordings measured code that has changed since.")
+    for path, line in found:
+        print(f"{path.relative_to(root)}: {line}")
+    print(f"{len(found)} of {len(recordings())} recordings are stale.")
     sys.exit(0)

@@ -15,6 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from learn_parallel.lab import provenance
+
 DATA_ENV = "LEARN_PARALLEL_DATA"
 
 
@@ -44,7 +46,8 @@ def read_json(name: str, machine: str) -> dict[str, Any] | None:
 
 
 def load_json(name: str, machine: str = "h200-x2") -> dict[str, Any] | None:
-    """The JSON ``name`` of ``machine``, or None with one line saying what is missing.
+    """The JSON ``name`` of ``machine``, or None with one line saying what is missing; one
+    line too when the code it measured has changed since it was recorded.
 
     A chapter goes on without it: the live measurements still run.
     """
@@ -54,4 +57,6 @@ def load_json(name: str, machine: str = "h200-x2") -> dict[str, Any] | None:
             f"No recorded {name} for {machine} in {recorded_root()}: the recorded plots are "
             "skipped, the live ones still run (book/data/record_gpu_runs.sh records it)."
         )
+    elif stale := provenance.staleness_line(data):
+        print(f"{name} ({machine}): {stale}")
     return data

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import importlib
 import inspect
+import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,3 +135,56 @@ def source_of(obj: Any, marker: str | None = None) -> Source:
 def show_source(obj: Any, marker: str | None = None) -> Source:
     """`source_of`, for the last line of a notebook cell: it displays itself."""
     return source_of(obj, marker)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def shorten_traceback(entries: list[str], last: int = 2) -> list[str]:
+    """An IPython traceback with each run of library frames cut to its ``last`` frames.
+
+    The frames of the reader's own cells stay (``Cell In[..]``), as do the message and the
+    frames where it was raised; the frames in between (torch's modules, the package's
+    workers) become one line saying how many were left out.
+    """
+    result: list[str] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        cut = run[:-last] if len(run) > last else []
+        kept = [e for e in cut if _ANSI.sub("", e).startswith("Cell In[")]
+        hidden = len(cut) - len(kept)
+        result.extend(kept)
+        if hidden:
+            result.append(f"... {hidden} frame{'s' if hidden > 1 else ''} of library code ...")
+        result.extend(run[len(cut) :])
+        run.clear()
+
+    for entry in entries:
+        if _ANSI.sub("", entry).startswith(("Cell In[", "File ")):
+            run.append(entry)
+        else:
+            flush()
+            result.append(entry)
+    flush()
+    return result
+
+
+def short_tracebacks() -> None:
+    """Make the running IPython shell show errors as `shorten_traceback` does (a chapter's
+    error demonstrations then end in the message, not in a page of torch's internals)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    printer = getattr(shell, "InteractiveTB", None)
+    if printer is None or getattr(printer.structured_traceback, "shortened", False):
+        return
+    original = printer.structured_traceback
+
+    def structured_traceback(*args: Any, **kwargs: Any) -> list[str]:
+        return shorten_traceback(original(*args, **kwargs))
+
+    structured_traceback.shortened = True  # type: ignore[attr-defined]
+    printer.structured_traceback = structured_traceback

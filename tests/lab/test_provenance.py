@@ -1,0 +1,72 @@
+"""Every recording names the code it measured, and says so when that code has changed.
+
+``test_the_stale_recordings`` prints which shipped recordings measured files that changed
+since (``pytest -s``); it does not fail on them, since a session without GPUs must still be
+able to change the code. `book/data/README.md` lists each recording's commit and machine.
+"""
+
+import json
+
+import pytest
+
+from learn_parallel.lab import provenance, records
+
+REQUIRED = ("commit", "date", "machine", "torch_version", "cuda_version", "command", "measured")
+
+
+def test_a_stamp_names_the_commit_the_machine_and_the_hash_of_every_measured_file(monkeypatch):
+    monkeypatch.setenv(provenance.COMMIT_ENV, "a" * 40)
+    stamped = provenance.stamp({"meta": {"command": "python -m experiments.bench"}}, "bench.json")
+    assert all(key in stamped for key in REQUIRED)
+    assert stamped["commit"] == "a" * 40 and stamped["command"] == "python -m experiments.bench"
+    assert set(stamped["measured"]) == set(provenance.MEASURED["bench.json"])
+    assert "missing" not in stamped["measured"].values()  # every listed file exists here
+    assert provenance.changed_since(stamped) == []
+    assert provenance.staleness_line(stamped) is None
+
+
+def test_a_changed_file_makes_a_recording_stale_and_a_driver_a_wheel_lacks_does_not():
+    record = provenance.stamp({}, "ladder.json")
+    record["measured"]["learn_parallel/scatter_gather.py"] = "0" * 64  # changed since
+    record["measured"]["experiments/not_shipped.py"] = "1" * 64  # not here: unknown
+    record["measured"]["learn_parallel/removed_since.py"] = "2" * 64  # package file gone
+    assert provenance.changed_since(record) == [
+        "learn_parallel/scatter_gather.py",
+        "learn_parallel/removed_since.py",
+    ]
+    record["commit"] = "abc1234def"
+    line = provenance.staleness_line(record)
+    assert line.startswith("recorded from abc1234; learn_parallel/scatter_gather.py")
+    assert provenance.staleness_line({"commit": None}).endswith("named the code they measured")
+
+
+def test_every_recording_the_chapters_read_names_its_commit_machine_and_code():
+    missing = {}
+    for path in provenance.recordings():
+        record = json.loads(path.read_text())
+        lacking = [key for key in REQUIRED if not record.get(key) and key != "cuda_version"]
+        if lacking:
+            missing[str(path.relative_to(records.recorded_root()))] = lacking
+    assert not missing, f"recordings without their provenance: {missing}"
+
+
+def test_the_stale_recordings(capsys):
+    stale = provenance.stale_recordings()
+    with capsys.disabled():
+        print(f"\n{len(stale)} stale recording(s)")
+        for path, line in stale:
+            print(f"  {path.relative_to(records.recorded_root())}: {line}")
+    assert all(line.startswith("recorded from") for _, line in stale)
+
+
+@pytest.mark.parametrize(
+    "path", provenance.recordings(), ids=lambda p: p.parent.name + "/" + p.name
+)
+def test_the_data_readme_lists_each_recording_with_its_commit(path):
+    from _book import ROOT
+
+    readme = (ROOT / "book" / "data" / "README.md").read_text()
+    record = json.loads(path.read_text())
+    name = str(path.relative_to(records.recorded_root()))
+    assert name in readme, f"book/data/README.md does not list {name}"
+    assert (record.get("commit") or "")[:7] in readme
