@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -110,7 +111,12 @@ def machine() -> str:
 
 
 def run_metadata(command: str) -> dict[str, Any]:
-    """When, on what, from which commit and by which command a recording was made."""
+    """When, on what, from which commit and by which command a recording was made.
+
+    Absolute paths in the command (``--out /tmp/x/h200-x4``) keep their last part only: a
+    recording ships to readers, who have no use for the recording machine's folders.
+    """
+    command = re.sub(r"(?<!\S)/\S*/(\S+)", r".../\1", command)
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
         "commit": commit(),

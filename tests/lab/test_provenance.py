@@ -6,6 +6,7 @@ able to change the code. `book/data/README.md` lists each recording's commit and
 """
 
 import json
+import re
 
 import pytest
 
@@ -70,3 +71,19 @@ def test_the_data_readme_lists_each_recording_with_its_commit(path):
     name = str(path.relative_to(records.recorded_root()))
     assert name in readme, f"book/data/README.md does not list {name}"
     assert (record.get("commit") or "")[:7] in readme
+
+
+ABSOLUTE = re.compile(r"(?<![\w:.])/(?:tmp|root|home|work|opt|usr|var|mnt)/")
+
+
+def test_only_recordings_ship_and_none_names_a_folder_of_the_machine_that_made_it():
+    root = records.recorded_root()
+    shipped = [p for p in root.rglob("*") if p.is_file()]
+    assert shipped, "no recordings ship with the package"
+    other = [str(p.relative_to(root)) for p in shipped if not p.name.endswith((".json", ".json.gz"))]
+    assert not other, f"logs and other files belong in book/data/logs, not the package: {other}"
+    deep = [str(p.relative_to(root)) for p in shipped if len(p.relative_to(root).parts) != 2]
+    assert not deep, f"recordings lie directly in their machine's folder: {deep}"
+    for path in root.rglob("*.json"):
+        found = ABSOLUTE.findall(path.read_text())
+        assert not found, f"{path.relative_to(root)} names absolute paths: {found[:3]}"

@@ -1,0 +1,46 @@
+"""Execute one chapter unchanged with nbclient, as record_gpu_runs.sh's ``notebooks`` part does.
+
+    python book/data/run_chapter.py CHAPTER.ipynb OUTDIR
+
+Writes the executed copy to OUTDIR and prints one status line, then the lines the chapter
+printed about its devices and recordings (what ran live, what came from a recording).
+Exits 1 when a cell raised that is not tagged ``raises-exception``.
+"""
+
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+WORDS = ["devices:", "Simulated devices", "GPUs:", "baselines", "recorded", "ranks", "CPU timings"]
+
+
+def printed(nb: nbformat.NotebookNode) -> list[str]:
+    """The printed lines of the executed chapter that contain one of `WORDS`."""
+    lines = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            text = out.get("text", "") if out.get("output_type") == "stream" else ""
+            lines += [f"    {line}" for line in text.splitlines() if any(w in line for w in WORDS)]
+    return lines
+
+
+def main(path: Path, out: Path) -> int:
+    nb = nbformat.read(path, as_version=4)
+    start, failed = time.perf_counter(), False
+    try:
+        NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+        status = "ok"
+    except Exception as error:  # report the chapter, then fail
+        status, failed = f"FAILED: {type(error).__name__}: {str(error)[-600:]}", True
+    nbformat.write(nb, out / path.name)
+    print(f"{path.name}: {status} ({time.perf_counter() - start:.1f} s)", flush=True)
+    for line in printed(nb):
+        print(line[:160], flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2])))
