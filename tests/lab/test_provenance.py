@@ -80,7 +80,8 @@ def test_only_recordings_ship_and_none_names_a_folder_of_the_machine_that_made_i
     root = records.recorded_root()
     shipped = [p for p in root.rglob("*") if p.is_file()]
     assert shipped, "no recordings ship with the package"
-    other = [str(p.relative_to(root)) for p in shipped if not p.name.endswith((".json", ".json.gz"))]
+    kept = (".json", ".json.gz")
+    other = [str(p.relative_to(root)) for p in shipped if not p.name.endswith(kept)]
     assert not other, f"logs and other files belong in book/data/logs, not the package: {other}"
     deep = [str(p.relative_to(root)) for p in shipped if len(p.relative_to(root).parts) != 2]
     assert not deep, f"recordings lie directly in their machine's folder: {deep}"

@@ -321,4 +321,3 @@ def test_what_the_graphs_hold_trains_like_one_device_in_the_replay_order():
             step._optimizer_step(k)
         losses.append(sum(loss.detach().cpu() for loss in per_device) / 3)
     assert_like_one_device(step, model, losses, *one_device(3, gathered=False))
-
