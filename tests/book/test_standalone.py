@@ -145,20 +145,45 @@ def _output_texts(output) -> list[str]:
     return [ANSI.sub("", t if isinstance(t, str) else "".join(t)) for t in texts]
 
 
+SITE = CONFIG["html"]["baseurl"]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_plain_nbconvert_links_point_at_files_that_exist(path):
-    """A link between chapters names a file (``performance.ipynb``): Jupyter and nbconvert
-    open it as it is, and the site's MyST turns it into the built page."""
+def test_links_between_chapters_work_where_a_chapter_is_opened_alone(path):
+    """A link to another chapter names its page in the hosted book (``html.baseurl``), which
+    works in Colab and in a copied notebook as well as in the site (where
+    ``book/_ext/site_links.py`` makes it relative); a relative link names a file that exists."""
     _, page = _plain_html(path)
-    broken = []
+    broken, relative_chapters = [], []
     for tag, attribute in (("a", "href"), ("img", "src")):
         for element in page.find_all(tag):
             target = element.get(attribute) or ""
+            if target.startswith(SITE):
+                name = target[len(SITE) :].split("#")[0]
+                if not (name.startswith("book/") and (ROOT / name).with_suffix(".ipynb").exists()):
+                    broken.append(target)
+                continue
             if not target or re.match(r"[a-z][\w+.-]*:|#", target):  # a URL, data:, an anchor
                 continue
-            if not (path.parent / target.split("#")[0].split("?")[0]).exists():
+            if target.split("#")[0].endswith(".ipynb"):
+                relative_chapters.append(target)
+            elif not (path.parent / target.split("#")[0].split("?")[0]).exists():
                 broken.append(target)
-    assert not broken, f"{path.name} links to files that do not exist: {broken}"
+    assert not broken, f"{path.name} links to pages or files that do not exist: {broken}"
+    assert not relative_chapters, (
+        f"{path.name}: relative links to chapters break where it is opened alone; link "
+        f"{SITE}book/<chapter>.html instead: {relative_chapters}"
+    )
+
+
+def test_the_site_keeps_links_to_its_chapters_inside_itself(site):
+    leaking = {
+        page.name: sorted(
+            set(re.findall(rf'href="({re.escape(SITE)}book/[^"]+)"', page.read_text()))
+        )
+        for page in sorted((site / "book").glob("*.html"))
+    }
+    assert not {k: v for k, v in leaking.items() if v}, leaking
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
