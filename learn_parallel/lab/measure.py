@@ -50,6 +50,8 @@ class Measurement:
     hardware: str  # "4 x NVIDIA H200 (CUDA events)", "4 simulated CPU devices (host clock)"
     numeric_x: bool = False  # draw lines over numbers instead of bars over names
     note: str = ""
+    # Interleaved rounds, where a verdict needs them: series -> per x position, each round's value.
+    repeats: dict[str, list[list[float]]] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
@@ -314,7 +316,10 @@ def _counts(devs: Sequence[Device]) -> list[int]:
     return [*counts, len(devs)]
 
 
-def _time_both_wrappers(devs: Sequence[Device], rows: int, width: int) -> tuple[float, float]:
+def _time_both_wrappers(
+    devs: Sequence[Device], rows: int, width: int, rounds: int = 5
+) -> tuple[list[float], list[float]]:
+    """Each wrapper's median step time in each of ``rounds`` rounds, the two interleaved."""
     n, source = len(devs), devs[0].torch_device
     ids = [d.index for d in devs]
     x, y = torch.randn(rows, width, device=source), torch.randn(rows, width, device=source)
@@ -337,20 +342,28 @@ def _time_both_wrappers(devs: Sequence[Device], rows: int, width: int) -> tuple[
         (sum(loss.to(source) for loss in losses) / y.numel()).backward()
         opt.step()
 
-    return wall_ms(dp_step, devs, repeats=10), wall_ms(tp_step, devs, repeats=10)
+    dp_rounds, tp_rounds = [], []
+    for k in range(rounds):  # alternate which wrapper goes first, so neither always warms up
+        first, second = (dp_step, tp_step) if k % 2 == 0 else (tp_step, dp_step)
+        a, b = wall_ms(first, devs, repeats=3), wall_ms(second, devs, repeats=3)
+        dp_rounds.append(a if first is dp_step else b)
+        tp_rounds.append(b if first is dp_step else a)
+    return dp_rounds, tp_rounds
 
 
 def tuple_vs_data_parallel(
     devices: Sequence[DeviceLike] | None = None, rows: int = 4096, width: int = 512
 ) -> Measurement:
-    """TupleParallel chapter: one training step, one batch split inside vs N batches given."""
+    """TupleParallel chapter: one training step, one batch split inside vs N batches given;
+    five interleaved rounds per device count (``repeats``), the median of them plotted."""
     devs = _devices(devices)
     counts = _counts(devs)
-    series: dict[str, list[float]] = {"DataParallel": [], "TupleParallel": []}
+    repeats: dict[str, list[list[float]]] = {"DataParallel": [], "TupleParallel": []}
     for n in counts:
-        dp_ms, tp_ms = _time_both_wrappers(devs[:n], rows, width)
-        series["DataParallel"].append(dp_ms)
-        series["TupleParallel"].append(tp_ms)
+        dp_rounds, tp_rounds = _time_both_wrappers(devs[:n], rows, width)
+        repeats["DataParallel"].append(dp_rounds)
+        repeats["TupleParallel"].append(tp_rounds)
+    series = {name: [statistics.median(r) for r in per_x] for name, per_x in repeats.items()}
     return Measurement(
         "tuple_vs_data_parallel",
         f"One training step of a 3-layer MLP, {rows} rows of {width} features",
@@ -360,6 +373,7 @@ def tuple_vs_data_parallel(
         series,
         describe_hardware(devs).label(clock="host clock around whole steps"),
         numeric_x=True,
+        repeats=repeats,
     )
 
 
