@@ -31,6 +31,7 @@ from learn_parallel.devices import (
 from learn_parallel.lab import provenance
 from learn_parallel.lab.ddp_timeline import choose_backend
 from learn_parallel.lab.ddp_times import time_ddp
+from learn_parallel.lab.ladder_rungs import replicated
 from learn_parallel.lab.processes import NCCL_ENV, RankFailed, share, use_nccl_settings
 from learn_parallel.lab.steps import (
     failure_becomes_row,
@@ -43,7 +44,7 @@ from learn_parallel.lab.timing import describe_hardware, step_times_ms
 from learn_parallel.lab.trace import chrome_trace
 from learn_parallel.lab.workloads import SIZES, Workload, build_model, parameter_count
 
-IMPLEMENTATIONS = ("single", "learn_parallel", "torch_dp", "ddp")
+IMPLEMENTATIONS = ("single", "learn_parallel", "torch_dp", "replicated", "ddp")
 SCHEMA = "learn_parallel.lab.bench/1"  # unchanged since the module moved: old files read alike
 WRAPPERS = {"single": one_device, "learn_parallel": DataParallel, "torch_dp": torch.nn.DataParallel}
 
@@ -173,11 +174,15 @@ def measure_in_process(
         trace = None
     with failure_becomes_row(row, limit=500):
         devices = resolve_device_ids(list(range(row["devices"])))  # single: one device
-        wrap = WRAPPERS[implementation]
-        step, _, model = make_step(group.workload, devices, wrap, settings.lr, settings.seed)
+        if implementation == "replicated":  # the ladder's top rung: DDP's shape, one process
+            top = replicated(overlap=True, per_device_inputs=True, cuda_graphs=on_gpus())
+            step, _ = top(group.workload, devices)
+        else:
+            wrap = WRAPPERS[implementation]
+            step, _, model = make_step(group.workload, devices, wrap, settings.lr, settings.seed)
+            if parameters is not None:
+                parameters[group.key] = parameter_count(model)
         row.update(_summary(step_times_ms(step, devices, settings.warmup, settings.steps), group))
-        if parameters is not None:
-            parameters[group.key] = parameter_count(model)
         # torch's DataParallel marks no phases: its timeline would be empty.
         if implementation != "torch_dp" and settings.timeline_steps > 0:
             timeline = record_timeline(step, devices, settings.timeline_steps)

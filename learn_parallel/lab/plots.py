@@ -34,12 +34,14 @@ IMPLEMENTATION_LABELS = {
     "single": "one device, no wrapper",
     "learn_parallel": "learn_parallel.DataParallel",
     "torch_dp": "torch.nn.DataParallel",
+    "replicated": "ReplicatedStep (one process)",
     "ddp": "DistributedDataParallel",
 }
 IMPLEMENTATION_COLORS = {
     "single": "#7F7F7F",
     "learn_parallel": "#2CA02C",
     "torch_dp": "#1F77B4",
+    "replicated": "#9467BD",
     "ddp": "#FF7F0E",
 }
 
