@@ -165,16 +165,20 @@ def first_call_probes(device: Device) -> dict[str, Any]:
 
 
 def _event_counts(prof: Any) -> dict[str, dict[str, Any]]:
-    """Per event name: how often it occurred and its total CPU or GPU time (µs)."""
+    """Per event name: how often it occurred, its total CPU time with and without what it
+    calls (``cpu_us``, ``self_cpu_us``) and its GPU time, in µs."""
     counts: Counter = Counter()
     cpu_us: Counter = Counter()
+    self_cpu_us: Counter = Counter()
     gpu_us: Counter = Counter()
     for e in prof.events():
         counts[e.name] += 1
         cpu_us[e.name] += e.cpu_time_total
+        self_cpu_us[e.name] += e.self_cpu_time_total
         gpu_us[e.name] += getattr(e, "device_time_total", 0) or 0
     return {
-        n: {"count": counts[n], "cpu_us": round(cpu_us[n], 1), "gpu_us": round(gpu_us[n], 1)}
+        n: {"count": counts[n], "cpu_us": round(cpu_us[n], 1)}
+        | {"self_cpu_us": round(self_cpu_us[n], 1), "gpu_us": round(gpu_us[n], 1)}
         for n in counts
     }
 

@@ -85,7 +85,11 @@ def test_every_implementation_and_device_count_has_a_row(quick_run):
         }
         assert set(rows) == {
             ("single", 1),
-            *((impl, n) for impl in ("learn_parallel", "torch_dp", "ddp") for n in (1, 2)),
+            *(
+                (impl, n)
+                for impl in ("learn_parallel", "torch_dp", "replicated", "ddp")
+                for n in (1, 2)
+            ),
         }
         for row in rows.values():
             assert row["status"] == "ok", row
