@@ -15,6 +15,7 @@ import os
 import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
+from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -44,12 +45,9 @@ def time_ddp(
     seed: int = 0,
     cudnn_benchmark: bool = False,
 ) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per workload kind, ``{"ddp": result, "ddp_graphs": result}`` (the second with
-    ``graphs``, on GPUs only).
-
-    A result is ``{"status": "ok", "step_ms_all": [...]}`` or ``{"status": "failed",
-    "note": why}``. The ranks run with ``CAPTURE_ENV`` set, plain DDP too, so that both
-    rows come from the same processes.
+    """Per workload kind, ``{"ddp": result, "ddp_graphs": result}`` (the second with ``graphs``,
+    on GPUs only); a result is ``{"status": "ok", "step_ms_all": [...]}`` or ``{"status":
+    "failed", "note": why}``. Both rows come from the same processes, run with `CAPTURE_ENV`.
     """
     config = {
         "workloads": {w.kind: w.to_dict() for w in workloads},
@@ -60,16 +58,8 @@ def time_ddp(
         "graphs": graphs and backend == "nccl",
         "cudnn_benchmark": cudnn_benchmark,
     }
-    saved = {name: os.environ.get(name) for name in CAPTURE_ENV}
-    os.environ.update(CAPTURE_ENV)  # spawned ranks inherit the parent's environment
-    try:
+    with mock.patch.dict(os.environ, CAPTURE_ENV):  # spawned ranks inherit the environment
         ranks = run_ranks(rank_worker, world, args=(config,), backend=backend, timeout_s=timeout_s)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
     return ranks[0]
 
 

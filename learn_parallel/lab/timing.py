@@ -10,9 +10,9 @@ a switched-on `Recorder` listens, and the training loop marks the rest itself::
                 loss.backward()
     timeline = rec.timeline()                  # plain data, JSON-ready
 
-On GPUs every mark is a CUDA event on the device's current stream, turned into
-milliseconds only by `Recorder.timeline`; simulated devices use the host clock. The
-data_parallel and performance chapters plot what it records.
+On GPUs a mark is a CUDA event on the device's current stream (read only by
+`Recorder.timeline`), on simulated devices the host clock; the data_parallel and
+performance chapters plot what it records.
 """
 
 from __future__ import annotations
@@ -29,13 +29,7 @@ from typing import Any
 import torch
 
 from learn_parallel import phases
-from learn_parallel.devices import (
-    Device,
-    DeviceLike,
-    device_count,
-    device_type,
-    to_device,
-)
+from learn_parallel.devices import Device, DeviceLike, device_count, device_type, to_device
 from learn_parallel.devices import synchronize as synchronize_devices
 
 _active: Recorder | None = None  # the recorder switched on, if any
@@ -90,12 +84,9 @@ class Hardware:
         return "CUDA events" if self.device_type == "cuda" else "host clock"
 
     def label(self, count: int | None = None, clock: bool | str = False) -> str:
-        """The one name of the hardware every plot and table carries: ``"4 x NVIDIA H200"``,
-        ``"4 simulated CPU devices"`` or, for gloo ranks, ``"2 CPU processes on 2 cores"``.
-
-        ``count`` overrides N (a run that used fewer devices than the machine has);
-        ``clock=True`` adds what timed it (``"(CUDA events)"``), a string adds that text.
-        """
+        """``"4 x NVIDIA H200"``, ``"4 simulated CPU devices"``, ``"2 CPU processes on 2 cores"``
+        (gloo ranks); ``count`` overrides N; ``clock=True`` adds ``" (CUDA events)"``, a string
+        adds that text."""
         n = self.device_count if count is None else count
         if self.device_type == "cuda":
             names = sorted(set(self.device_names[:n])) or ["GPU"]
@@ -186,16 +177,12 @@ class _Mark:
 class Recorder:
     """Collects the start and end of every phase on every device, step by step.
 
-    ``devices`` are the rows that phases of no single device (scatter, replicate, gather,
-    and the loop's loss, backward and optimizer step) are recorded on; default: every
-    device here. On GPUs such a phase gets an event pair on each device's current stream
-    and, with ``host_row``, a host-clock bar (when Python issued it); simulated devices all
-    run on the host clock, so their host row is off by default. Inside ``backward`` the
-    core marks ``grad scatter`` (gather's backward) and ``reduce`` (replicate's backward);
-    `timeline` adds each device's ``replica backward`` between the two. On simulated
-    devices CPU autograd runs every replica's backward in the calling thread, so every
-    row shows the same span. One process of many (a DDP rank): ``row="rank:1"`` names its
-    one device's row and ``origin_s=0.0`` keeps ``time.perf_counter``'s own scale, which
+    A phase of no single device (scatter, gather, the loop's backward ...) is recorded on
+    each of ``devices`` (default: every device here): on GPUs an event pair on each one's
+    current stream, plus, with ``host_row`` (GPUs' default), a host-clock bar for when
+    Python issued it. `timeline` adds each device's ``replica backward``, from its ``grad
+    scatter`` to its ``reduce``. One process of many (a DDP rank): ``row="rank:1"`` names
+    its one device's row, and ``origin_s=0.0`` keeps ``time.perf_counter``'s scale, which
     every process of a machine shares, so the ranks' rows line up.
     """
 
@@ -214,7 +201,6 @@ class Recorder:
         self.host_row = (kind == "cuda") if host_row is None else host_row
         self.row, self._origin_s = row, origin_s
         self.step = 0
-        self._next_step = 0
         self._lock = threading.Lock()
         self._pending: list[tuple[str, str, _Mark, _Mark, int, Device | None]] = []
         self._references: dict[Device, tuple[float, Any]] = {}
@@ -260,26 +246,18 @@ class Recorder:
         self._references[device] = (time.perf_counter() - self._t0, event)
 
     # -- steps -----------------------------------------------------------------
-    def begin_step(self, step: int | None = None) -> int:
-        """Records made from now on belong to ``step`` (default: the next one)."""
-        self.step = self._next_step if step is None else step
-        self._next_step = self.step + 1
-        return self.step
-
     def steps(self, count: int | Iterable[Any], synchronize: bool = True) -> Iterator[Any]:
         """``for _ in rec.steps(3):`` numbers the loop's steps 0, 1, 2.
 
-        With ``synchronize`` (the default) every device is idle when a step
-        begins, as in `step_times_ms`: a recorded step is then the same thing
-        as a timed one. Without it the host runs ahead: it issues step N+1
-        while the GPUs still work on step N, so the host row of a step starts
-        long before its GPU rows (which wait for the previous step's work).
+        With ``synchronize`` every device is idle when a step begins, as in `step_times_ms`.
+        Without it the host issues step N+1 while the GPUs still work on step N, so a step's
+        host row starts long before its GPU rows.
         """
         items = range(count) if isinstance(count, int) else count
         for number, item in enumerate(items):
             if synchronize:
                 synchronize_devices(self.devices)
-            self.begin_step(number)
+            self.step = number
             yield item
         if synchronize:
             synchronize_devices(self.devices)
@@ -379,11 +357,10 @@ def replica_backward(records: Sequence[PhaseRecord]) -> list[PhaseRecord]:
 def step_spans(timeline: Timeline) -> list[dict[str, Any]]:
     """Per step, the raw numbers that say whether a timeline is self-consistent (ms).
 
-    ``span``: first start to last end over every row (what a plot of the step shows);
-    ``device_span``: the same over the device rows; ``device_lag``: from the host row's
-    start to the first device row's; ``previous_device_end``: when the devices finished
-    the step before (a lag with ``first_device_start - previous_device_end`` near 0 means
-    the devices were still busy: the host ran ahead, the clocks agree)."""
+    ``span``: first start to last end over every row; ``device_span``: the same over the
+    device rows; ``device_lag``: from the host row's start to the first device row's;
+    ``previous_device_end``: when the devices finished the step before (a lag with
+    ``first_device_start`` near it means the host ran ahead of busy devices)."""
     rows = []
     previous_end = None
     for step in timeline.steps():
@@ -410,11 +387,8 @@ def step_spans(timeline: Timeline) -> list[dict[str, Any]]:
 def step_times_ms(
     step: Callable[[], Any], devices: Sequence[Device], warmup: int, steps: int
 ) -> list[float]:
-    """Wall time of each of ``steps`` calls of ``step`` in ms, after ``warmup`` untimed ones.
-
-    Every device is idle when a timed call starts and when it is read as ended, so
-    each time is that call's own work on all of them (the host clock, not CUDA events).
-    """
+    """Wall time (host clock) of each of ``steps`` calls of ``step`` in ms, after ``warmup``
+    untimed ones; every device idle at each call's start and end, so it times that call's work."""
     for _ in range(warmup):
         step()
     times = []
