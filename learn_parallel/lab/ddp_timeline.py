@@ -4,7 +4,7 @@
 DDP in the same processes (`run_ranks`: NCCL on GPUs, gloo processes on the CPU), our
 `DataParallel` on as many devices in this process, and records a few steps of each of
 ours per rank and device. A step is as slow as its slowest rank, so each step keeps the
-maximum over ranks. torch's DDP alone, for the benchmark and the ladder, is `ddp_times`.
+maximum over ranks.
 """
 
 from __future__ import annotations

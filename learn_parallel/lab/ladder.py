@@ -15,7 +15,8 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,6 @@ import torch
 from learn_parallel.devices import resolve_device_ids, synchronize
 from learn_parallel.lab import provenance
 from learn_parallel.lab.ddp_timeline import choose_backend
-from learn_parallel.lab.ddp_times import time_ddp
 from learn_parallel.lab.ladder_rungs import CLONE_SET, DDP_ROWS, LADDER, LR, SEED, Rung
 from learn_parallel.lab.steps import failure_becomes_row, record_timeline
 from learn_parallel.lab.timing import describe_hardware, step_times_ms
@@ -33,6 +33,9 @@ from learn_parallel.replicate import replicate
 from learn_parallel.variants.clone_replicate import clone_replicate
 
 SCHEMA = "learn_parallel.lab.ladder/2"
+# Times torch's DDP in its own processes: (workloads, world, warmup, steps, backend, timeout_s,
+# graphs, lr, seed) -> {kind: {"ddp": result, "ddp_graphs": result}}; the recording passes one.
+DdpTimer = Callable[..., dict[str, dict[str, dict[str, Any]]]]
 __all__ = ["CLONE_SET", "DDP_ROWS", "LADDER", "default_workloads", "run"]
 
 
@@ -102,18 +105,13 @@ def _row(name: str, change: str, preconditions: str, below: str | None, kind: st
     }
 
 
-def ddp_round(
-    rows: dict, workloads: Sequence[Workload], count: int, warmup: int, steps: int, timeout_s: float
-) -> None:
-    """One round of DDP (and, on GPUs, DDP in a CUDA graph): one launch of ``count`` ranks."""
+def ddp_round(rows: dict, workloads: Sequence[Workload], launch: Callable[..., dict]) -> None:
+    """One round of DDP (and, on GPUs, DDP in a CUDA graph): one ``launch`` of the ranks."""
     alive = {name for (_, name), row in rows.items() if name in DDP_ROWS and row["status"] == "ok"}
     if not alive:
         return  # failed in an earlier round (or not applicable): no processes to start
-    backend, _ = choose_backend(count)
     try:
-        results = time_ddp(
-            workloads, count, warmup, steps, backend, timeout_s, "ddp_graphs" in alive, LR, SEED
-        )
+        results = launch(graphs="ddp_graphs" in alive, lr=LR, seed=SEED)
     except Exception as error:  # noqa: BLE001 - the ranks' failure is the rows' note
         results = {
             w.kind: {n: {"status": "failed", "note": str(error)[-600:]} for n in DDP_ROWS}
@@ -142,12 +140,13 @@ def run(
     warmup: int = 5,
     steps: int = 30,
     timeline_steps: int = 3,
-    ddp: bool = True,
+    ddp: DdpTimer | None = None,
     ddp_timeout: float = 300.0,
     command: str = "",
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Measure ``which`` (``"ladder"`` or ``"clone"``) interleaved; write and return the JSON."""
+    """Measure ``which`` (``"ladder"`` or ``"clone"``) interleaved; write and return the JSON.
+    DDP's rows come from ``ddp`` (None or False: no DDP rows)."""
     out.mkdir(parents=True, exist_ok=True)
     rungs = LADDER if which == "ladder" else CLONE_SET
     started = time.perf_counter()
@@ -156,7 +155,7 @@ def run(
         for w in workloads
         for r in rungs
     }
-    ddp = ddp and which == "ladder"
+    ddp = ddp if which == "ladder" else None
     for w in workloads:
         for r in rungs:
             if r.needs_cuda and not torch.cuda.is_available():
@@ -179,7 +178,9 @@ def run(
                     shown = timeline_steps if number == 0 else 0
                     measure_round(row, rung, workload, count, warmup, steps, shown)
             if ddp and rung is _last_eager(ordered):
-                ddp_round(rows, workloads, count, warmup, steps, ddp_timeout)
+                backend = choose_backend(count)[0]
+                launch = partial(ddp, workloads, count, warmup, steps, backend, ddp_timeout)
+                ddp_round(rows, workloads, launch)
     for row in rows.values():
         if row["status"] == "ok" and (ms := row["repeats"]):  # the rounds' medians
             row.update(step_ms=statistics.median(ms), step_ms_min=min(ms), step_ms_max=max(ms))

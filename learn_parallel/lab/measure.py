@@ -46,10 +46,6 @@ class Measurement:
     numeric_x: bool = False  # draw lines over numbers instead of bars over names
     note: str = ""
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Measurement:
-        return cls(**data)
-
 
 # [median-ms]
 def median_ms(fn: Callable[[], Any], device: Device, repeats: int = 15) -> float:
@@ -557,7 +553,7 @@ def load_recorded(machine: str = "h200-x4") -> Recorded:
     chapters = chapters or {"measurements": {}, "timelines": {}}
     meta = (bench or {}).get("meta", {})
     hardware = chapters.get("hardware") or Hardware.from_dict(meta["hardware"]).label(clock=True)
-    measurements = {k: Measurement.from_dict(v) for k, v in chapters["measurements"].items()}
+    measurements = {k: Measurement(**v) for k, v in chapters["measurements"].items()}
     chain = records.read_json("chain_bench.json", machine)
     if chain and "chain" not in measurements:  # recorded by its own driver, in its own file
         on_gpus = not chain["hardware"].get("simulated", False)
@@ -575,5 +571,5 @@ def load_recorded(machine: str = "h200-x4") -> Recorded:
         chain_bench=chain,
         date=chapters.get("date") or meta.get("date", ""),
         source=str(folder),
-        repeat={k: Measurement.from_dict(v) for k, v in repeat["measurements"].items()},
+        repeat={k: Measurement(**v) for k, v in repeat["measurements"].items()},
     )

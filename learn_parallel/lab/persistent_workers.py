@@ -8,8 +8,7 @@ Every runner calls the very same jobs (``with torch.cuda.device(i): replica(piec
   ``ThreadPoolExecutor`` each), as ``learn_parallel`` does;
 * `run_in_caller`: every forward in turn in the calling thread, a control.
 
-The performance chapter shows them and the training step it timed with each, recorded
-on GPUs (``persistent_workers.json``).
+The performance chapter shows them and the training steps timed with each on GPUs.
 """
 
 from __future__ import annotations
