@@ -1,9 +1,7 @@
 """What the bridge chapters draw and compare: autograd graphs, the ladder, the clone set.
 
-It plots the runs recorded on GPUs (``ladder.json``, ``clone.json``; read with
-`learn_parallel.lab.records`) and the live runs of `learn_parallel.lab.ladder.run`.
-`verdict` is the one rule that calls a rung faster, slower or a tie; the chapters'
-prose says what the verdicts mean.
+It plots the runs recorded on GPUs (``ladder.json``, ``clone.json``) and the live runs of
+`ladder.run`; `verdict` is the one rule that calls a rung faster, slower or a tie.
 """
 
 from __future__ import annotations

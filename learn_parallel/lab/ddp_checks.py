@@ -10,6 +10,7 @@ per-rank means, which is the global mean's only when every rank has as many rows
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -116,13 +117,10 @@ def no_sync_worker(rank: int, world: int, micro: int = 3, rows: int = 4, seed: i
     result: dict[str, Any] = {}
     for k, (x, y) in enumerate(mine):
         x, y = x.to(device), y.to(device)
-        if k < micro - 1:
-            with ddp.no_sync():
-                (F.mse_loss(ddp(x), y) / micro).backward()
-            if k == 0:
-                result["first_local_grads"] = _grads(model)
-        else:
+        with ddp.no_sync() if k < micro - 1 else nullcontext():
             (F.mse_loss(ddp(x), y) / micro).backward()
+        if k == 0 and micro > 1:
+            result["first_local_grads"] = _grads(model)
     result["grads"] = _grads(model)
     optimizer.step()
     result["params"] = _snapshot(model)
@@ -140,21 +138,13 @@ def ring_worker(rank: int, world: int, numel: int = 10, seed: int = 0) -> dict[s
     return {"input": mine.cpu(), "ring": ours.cpu(), "all_reduce": theirs.cpu()}
 
 
-class _WithUnused(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.used = nn.Linear(4, 4).double()
-        self.unused = nn.Linear(4, 4).double()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.used(x)
-
-
 def errors_worker(rank: int, world: int) -> dict[str, str]:
     """The messages of what our DDP refuses, raised the same way on every rank."""
     device = rank_device(dist.get_backend(), rank)
     messages: dict[str, str] = {}
-    ddp = DistributedDataParallel(_WithUnused().to(device))
+    model = nn.Linear(4, 4).double()
+    model.unused = nn.Linear(4, 4).double()  # registered but never called: it gets no gradient
+    ddp = DistributedDataParallel(model.to(device))
     try:
         ddp(torch.randn(2, 4, dtype=torch.float64, device=device)).sum().backward()
         messages["unused"] = ""

@@ -52,9 +52,8 @@ def bench_worker(rank: int, world: int, config: dict[str, Any]) -> dict[str, Any
     out: dict[str, Any] = {"workloads": {}}
     for key, fields in config["workloads"].items():
         workload = Workload(**fields)
-        x, y = make_batch(
-            workload, share(workload.batch, world, rank), device, config["seed"] + rank
-        )
+        rows = share(workload.batch, world, rank)
+        x, y = make_batch(workload, rows, device, config["seed"] + rank)
         entry: dict[str, Any] = {}
         for impl in ("ours", "torch"):
             model = build_model(workload, config["seed"]).to(device)
@@ -62,7 +61,6 @@ def bench_worker(rank: int, world: int, config: dict[str, Any]) -> dict[str, Any
             opt = torch.optim.SGD(wrapped.parameters(), lr=config["lr"])
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
-
             step = partial(train_step, wrapped, x, y, workload, opt)
             times = rank_step_times(step, device, config["warmup"], config["steps"])
             entry[impl] = {"step_ms_all": times, "step_ms": statistics.median(times)}
@@ -229,16 +227,12 @@ def plot_ranks(timeline: Timeline, step: int | None = None, title: str = "", ax:
     ax.grid(axis="x", alpha=0.3)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors.get(k)) for k in kinds]
     ax.legend(handles, kinds, **LEGEND_RIGHT)
-    clock = (
-        "CUDA events (all-reduce: on DDP's communication stream)"
-        if timeline.hardware.device_type == "cuda"
-        else "host clock, shared by the processes"
-    )
-    ax.set_title(
-        f"{title or 'learn_parallel.DistributedDataParallel, one step per rank'}\n"
-        f"{timeline.hardware.label(clock=TRANSPORT[timeline.hardware.device_type])}; {clock}",
-        fontsize=10,
-    )
+    hw = timeline.hardware
+    clock = "host clock, shared by the processes"
+    if hw.device_type == "cuda":
+        clock = "CUDA events (all-reduce: on DDP's communication stream)"
+    what = title or "learn_parallel.DistributedDataParallel, one step per rank"
+    ax.set_title(f"{what}\n{hw.label(clock=TRANSPORT[hw.device_type])}; {clock}", fontsize=10)
     return ax.figure
 
 
@@ -280,8 +274,7 @@ def step_table(report: dict[str, Any]) -> str:
                 lines.append(f"  {name:<44}{result['step_ms']:>9.2f} ms ({lo:.2f}-{hi:.2f})")
         verdict = ""
         if "ours" in spreads and "torch" in spreads:
-            verdict = {"tie": ", a tie", "faster": ", ours faster", "slower": ", ours slower"}[
-                spread.compare(spreads["ours"], spreads["torch"], "middle")
-            ]
+            said = spread.compare(spreads["ours"], spreads["torch"], "middle")
+            verdict = {"tie": ", a tie", "faster": ", ours faster", "slower": ", ours slower"}[said]
         lines.append(f"  our DDP / torch's DDP: {entry['ours_over_torch']:.2f}{verdict}")
     return "\n".join(lines)

@@ -91,18 +91,10 @@ def replicate_host_ms(workload: Workload, count: int, repeats: int = 20) -> dict
 
 
 def _row(name: str, change: str, preconditions: str, below: str | None, kind: str, count: int):
-    return {
-        "rung": name,
-        "workload": kind,
-        "devices": count,
-        "change": change,
-        "preconditions": preconditions,
-        "below": below,
-        "status": "ok",
-        "note": "",
-        "repeats": [],
-        "step_ms_all": [],
-    }
+    """A row before it is measured: what the rung is, and room for its rounds."""
+    row = {"rung": name, "workload": kind, "devices": count, "change": change}
+    row |= {"preconditions": preconditions, "below": below, "status": "ok", "note": ""}
+    return row | {"repeats": [], "step_ms_all": []}
 
 
 def ddp_round(rows: dict, workloads: Sequence[Workload], launch: Callable[..., dict]) -> None:

@@ -1,9 +1,7 @@
 """The per-device measurements the chapters plot, live and recorded: one function per chapter.
 
-Each chapter times its piece of DataParallel on the reader's devices (real GPUs, or
-simulated CPU devices) and shows beside it the same function run on real H200s, so the
-live plot and the recorded one come from the same code. `load_recorded` reads a recorded
-machine back from the runs that ship with the package (`learn_parallel.lab.records`).
+Each chapter times its piece of DataParallel on the reader's devices (GPUs or simulated)
+beside the same function run on H200s; `load_recorded` reads those recorded runs back.
 """
 
 from __future__ import annotations
@@ -513,9 +511,8 @@ class Recorded:
     def measurement(self, key: str) -> Measurement:
         if key not in self.measurements:
             raise KeyError(
-                f"The recording from {self.machine} has no measurement {key!r} "
-                f"(it has {sorted(self.measurements)}); record it again with "
-                f"book/data/record_gpu_runs.sh."
+                f"The recording from {self.machine} has no measurement {key!r} (it has "
+                f"{sorted(self.measurements)}); record it again with book/data/record_gpu_runs.sh."
             )
         return self.measurements[key]
 

@@ -1,8 +1,7 @@
 """Plots of recorded timelines and benchmark results (matplotlib, safe without a display).
 
-Every function takes plain data (a `Timeline`, or benchmark result rows as dicts, exactly
-as they sit in the JSON file), returns the matplotlib Figure, and puts the hardware that
-made the numbers in the title. The chapters draw them beside the runs recorded on GPUs.
+Every function takes plain data (a `Timeline`, or benchmark result rows as they sit in
+the JSON file), returns the Figure, and names the hardware that made the numbers.
 """
 
 from __future__ import annotations
@@ -176,20 +175,15 @@ def plot_scaling(
     ok = _ok(results)
     ax = axes_or_new(ax, 5)
     counts = sorted({r["devices"] for r in results}) or [1]
-    base = [r for r in ok if r["implementation"] == "single"] or [
-        r for r in ok if r["devices"] == 1
-    ]
+    base = [r for r in ok if r["implementation"] == "single"]
+    base = base or [r for r in ok if r["devices"] == 1]
     if base:
         one = max(r["samples_per_s"] for r in base)
         ax.plot(counts, [one * n for n in counts], "k--", lw=1, label="ideal (one device x N)")
     for impl, rows in _by_implementation(ok).items():
-        ax.plot(
-            [r["devices"] for r in rows],
-            [r["samples_per_s"] for r in rows],
-            marker="o",
-            color=IMPLEMENTATION_COLORS.get(impl),
-            label=IMPLEMENTATION_LABELS.get(impl, impl),
-        )
+        xs, ys = [r["devices"] for r in rows], [r["samples_per_s"] for r in rows]
+        label = IMPLEMENTATION_LABELS.get(impl, impl)
+        ax.plot(xs, ys, marker="o", color=IMPLEMENTATION_COLORS.get(impl), label=label)
     ax.set_xticks(counts)
     ax.set_xlabel("devices")
     ax.set_ylabel("throughput (samples/s)")

@@ -150,11 +150,7 @@ def run_ranks(
     with tempfile.TemporaryDirectory() as folder:
         entry_args = (fn, world_size, free_port(), backend, group_timeout_s, tuple(args))
         context = mp.start_processes(
-            _entry,
-            args=(*entry_args, folder, threads),
-            nprocs=world_size,
-            join=False,
-            start_method="spawn",
+            _entry, (*entry_args, folder, threads), world_size, join=False, start_method="spawn"
         )
         deadline = time.monotonic() + timeout_s
         try:

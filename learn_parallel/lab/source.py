@@ -120,6 +120,4 @@ def source_of(obj: Any, marker: str | None = None) -> Source:
     return Source(_relative(path), start + 2, textwrap.dedent("".join(body)))
 
 
-def show_source(obj: Any, marker: str | None = None) -> Source:
-    """`source_of`, for the last line of a notebook cell: it displays itself."""
-    return source_of(obj, marker)
+show_source = source_of  # for the last line of a notebook cell: the `Source` displays itself

@@ -1,7 +1,7 @@
 """Per-device, per-phase timing of a DataParallel step (off unless switched on).
 
-The core marks its phases with ``with phase(name, device):`` (`learn_parallel.phases`);
-a switched-on `Recorder` listens, and the training loop marks the rest itself::
+The core marks its phases (`learn_parallel.phases`); a switched-on `Recorder` listens, and
+the training loop marks the rest itself::
 
     with Recorder(devices=dp.devices) as rec:
         for _ in rec.steps(3):
@@ -128,26 +128,18 @@ class Timeline:
 
     def devices(self) -> list[str]:
         """Rows in display order: the host row first, then devices by index."""
-        rows = {r.device for r in self.records}
 
-        def key(row: str) -> tuple[int, str, int]:
-            if row == HOST:
-                return (0, "", 0)
+        def key(row: str) -> tuple[bool, str, int]:
             kind, _, index = row.partition(":")
-            return (1, kind, int(index) if index.isdigit() else 0)
+            return (row != HOST, kind, int(index) if index.isdigit() else 0)
 
-        return sorted(rows, key=key)
+        return sorted({r.device for r in self.records}, key=key)
 
     def steps(self) -> list[int]:
         return sorted({r.step for r in self.records})
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "hardware": asdict(self.hardware),
-            "clocks": dict(self.clocks),
-            "records": [asdict(r) for r in self.records],
-            "origin_s": self.origin_s,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Timeline:
@@ -165,8 +157,7 @@ class _Mark:
     __slots__ = ("host_s", "event")
 
     def __init__(self, device: Device | None) -> None:
-        self.event = None
-        self.host_s = 0.0
+        self.event, self.host_s = None, 0.0
         if device is not None and device.type == "cuda":
             self.event = torch.cuda.Event(enable_timing=True)
             self.event.record(torch.cuda.current_stream(device.index))
@@ -177,13 +168,11 @@ class _Mark:
 class Recorder:
     """Collects the start and end of every phase on every device, step by step.
 
-    A phase of no single device (scatter, gather, the loop's backward ...) is recorded on
-    each of ``devices`` (default: every device here): on GPUs an event pair on each one's
-    current stream, plus, with ``host_row`` (GPUs' default), a host-clock bar for when
-    Python issued it. `timeline` adds each device's ``replica backward``, from its ``grad
-    scatter`` to its ``reduce``. One process of many (a DDP rank): ``row="rank:1"`` names
-    its one device's row, and ``origin_s=0.0`` keeps ``time.perf_counter``'s scale, which
-    every process of a machine shares, so the ranks' rows line up.
+    A phase of no single device (scatter, gather, the loop's backward ...) is recorded on each
+    of ``devices`` (default: all here): on GPUs an event pair on each one's current stream,
+    with ``host_row`` (GPUs' default) also a host-clock bar for when Python issued it. One
+    process of many (a DDP rank): ``row="rank:1"`` names its one device's row, and
+    ``origin_s=0.0`` keeps ``time.perf_counter``'s scale, which every process shares.
     """
 
     def __init__(
@@ -249,10 +238,8 @@ class Recorder:
     def steps(self, count: int | Iterable[Any], synchronize: bool = True) -> Iterator[Any]:
         """``for _ in rec.steps(3):`` numbers the loop's steps 0, 1, 2.
 
-        With ``synchronize`` every device is idle when a step begins, as in `step_times_ms`.
-        Without it the host issues step N+1 while the GPUs still work on step N, so a step's
-        host row starts long before its GPU rows.
-        """
+        With ``synchronize`` every device is idle when a step begins, as in `step_times_ms`;
+        without, the host issues step N+1 while the GPUs still work on step N."""
         items = range(count) if isinstance(count, int) else count
         for number, item in enumerate(items):
             if synchronize:
@@ -315,16 +302,13 @@ class Recorder:
             torch.cuda.synchronize(device.index)
         records, clocks = [], {}
         for row, name, start, end, step, device in pending:
-            records.append(
-                PhaseRecord(row, name, self._ms(start, device), self._ms(end, device), step)
-            )
+            ms = self._ms(start, device), self._ms(end, device)
+            records.append(PhaseRecord(row, name, *ms, step))
             clocks[row] = "cuda-event" if start.event is not None else "host"
         records += replica_backward(records)
-        hardware_devices = sorted(
-            {d for *_, d in pending if d is not None} | set(self.devices),
-            key=lambda d: d.index or 0,
-        )
-        result = Timeline(describe_hardware(hardware_devices), records, clocks, self._t0)
+        used = {d for *_, d in pending if d is not None} | set(self.devices)
+        hardware = describe_hardware(sorted(used, key=lambda d: d.index or 0))
+        result = Timeline(hardware, records, clocks, self._t0)
         with self._lock:
             self._timeline = result
         return result
@@ -346,12 +330,8 @@ def replica_backward(records: Sequence[PhaseRecord]) -> list[PhaseRecord]:
             ends[key] = max(ends.get(key, r.end_ms), r.end_ms)
         elif r.phase == "reduce":
             starts[key] = min(starts.get(key, r.start_ms), r.start_ms)
-    return [
-        PhaseRecord(device, "replica backward", ends[key], starts[key], step)
-        for key in sorted(ends.keys() & starts.keys())
-        for device, step in [key]
-        if device != HOST and starts[key] >= ends[key]
-    ]
+    keys = [k for k in sorted(ends.keys() & starts.keys()) if k[0] != HOST and starts[k] >= ends[k]]
+    return [PhaseRecord(d, "replica backward", ends[d, s], starts[d, s], s) for d, s in keys]
 
 
 def step_spans(timeline: Timeline) -> list[dict[str, Any]]:
