@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from experiments.ddp_times import time_ddp
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import (
     device_count,
@@ -30,7 +31,6 @@ from learn_parallel.devices import (
 )
 from learn_parallel.lab import provenance
 from learn_parallel.lab.ddp_timeline import choose_backend
-from learn_parallel.lab.ddp_times import time_ddp
 from learn_parallel.lab.ladder_rungs import replicated
 from learn_parallel.lab.processes import NCCL_ENV, RankFailed, share, use_nccl_settings
 from learn_parallel.lab.steps import (

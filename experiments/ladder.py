@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import torch
 
 from experiments import driver_parser
+from experiments.ddp_times import time_ddp
 from learn_parallel.devices import SIMULATED_DEVICES_ENV, device_count
 from learn_parallel.lab.bridges import ladder_table
 from learn_parallel.lab.ladder import default_workloads, run
@@ -60,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warmup=args.warmup,
         steps=args.steps or (30 if on_gpu else 5),
         timeline_steps=args.timeline_steps,
-        ddp=not args.no_ddp,
+        ddp=None if args.no_ddp else time_ddp,
         ddp_timeout=args.ddp_timeout,
         command=shlex.join(["python", "-m", "experiments.ladder", *argv]),
     )

@@ -1,9 +1,7 @@
 """What the bridge chapters draw and compare: autograd graphs, the ladder, the clone set.
 
-It plots the runs recorded on GPUs (``ladder.json``, ``clone.json``; read with
-`learn_parallel.lab.records`) and the live runs of `learn_parallel.lab.ladder.run`.
-`verdict` is the one rule that calls a rung faster, slower or a tie; the chapters'
-prose says what the verdicts mean.
+It plots the runs recorded on GPUs (``ladder.json``, ``clone.json``) and the live runs of
+`ladder.run`; `verdict` is the one rule that calls a rung faster, slower or a tie.
 """
 
 from __future__ import annotations
@@ -20,12 +18,9 @@ from learn_parallel.lab.timing import Timeline
 
 
 def autograd_graph(output: torch.Tensor) -> tuple[dict[int, str], list[tuple[int, int]]]:
-    """The nodes (id -> name) and edges (from, to) of the graph behind ``output``.
-
-    Walks ``grad_fn.next_functions`` from the output back to the leaves, the
-    order in which backward runs. AccumulateGrad nodes (where a leaf's ``.grad``
-    is written) are named after their tensor's shape.
-    """
+    """The nodes (id -> name) and edges (from, to) of the graph behind ``output``, walking
+    ``grad_fn.next_functions`` back to the leaves; AccumulateGrad nodes (where a leaf's
+    ``.grad`` is written) are named after their tensor's shape."""
     nodes: dict[int, str] = {}
     edges: list[tuple[int, int]] = []
     alive: list[Any] = []  # ids name nodes only while the nodes live: keep every one alive
@@ -74,15 +69,8 @@ def plot_autograd_graph(output: torch.Tensor, title: str, ax: Any = None) -> Fig
         ax.annotate("", (x1, y1 + 0.18), (x0, y0 - 0.18), arrowprops={"arrowstyle": "->"})
     for node, (x, y) in where.items():
         special = nodes[node].startswith(("Broadcast", "ReduceAdd"))
-        ax.text(
-            x,
-            y,
-            nodes[node],
-            ha="center",
-            va="center",
-            fontsize=8,
-            bbox={"boxstyle": "round", "fc": "#ffd9a8" if special else "#e8eef7"},
-        )
+        box = {"boxstyle": "round", "fc": "#ffd9a8" if special else "#e8eef7"}
+        ax.text(x, y, nodes[node], ha="center", va="center", fontsize=8, bbox=box)
     ax.set_ylim(-max(levels) - 0.6, 0.6)
     ax.set_xlim(0, 1)
     ax.axis("off")
@@ -110,18 +98,16 @@ def plot_ladder(report: dict[str, Any], kind: str, title: str) -> Figure:
     values = [r.get("step_ms", 0.0) if r["status"] == "ok" else 0.0 for r in rows]
     colors = [DDP_COLORS.get(r["rung"], "#4c72b0") for r in rows]
     ax.bar(range(len(rows)), values, color=colors)
-    for i, r in enumerate(rows):
-        if r["status"] == "ok" and len(repeats_of(r)) > 1:
-            lo, hi = min(repeats_of(r)), max(repeats_of(r))
-            ax.plot([i, i], [lo, hi], color="black", linewidth=1)
     ddp = next((r.get("step_ms") for r in rows if r["rung"] == "ddp" and r["status"] == "ok"), None)
     for i, r in enumerate(rows):
         if r["status"] != "ok":
             ax.text(i, 0, r["status"], rotation=90, ha="center", va="bottom", fontsize=8)
             continue
+        rounds = repeats_of(r)
+        if len(rounds) > 1:
+            ax.plot([i, i], [min(rounds), max(rounds)], color="black", linewidth=1)
         label = f"{values[i] / ddp:.2f}x" if ddp else f"{values[i]:.1f} ms"
-        top = max(repeats_of(r) or [values[i]])
-        ax.text(i, top, label, ha="center", va="bottom", fontsize=8)
+        ax.text(i, max(rounds or [values[i]]), label, ha="center", va="bottom", fontsize=8)
     if ddp:
         ax.axhline(ddp, color="#55a868", linestyle="--", linewidth=1)
     ax.set_xticks(range(len(rows)), names, rotation=25, ha="right")
@@ -143,16 +129,10 @@ def plot_strategies(reports: Sequence[tuple[str, dict[str, Any]]]) -> Figure:
     for (where, report), (left, right) in zip(reports, axes):
         kinds = list(report["workloads"])
         width = 0.38
+        step_ms = {(r["workload"], r["rung"]): r.get("step_ms", 0.0) for r in report["rows"]}
         for j, strategy in enumerate(("broadcast", "clone")):
             host = [report["replicate_host_ms"][k][strategy] for k in kinds]
-            step = [
-                next(
-                    r.get("step_ms", 0.0)
-                    for r in report["rows"]
-                    if r["workload"] == k and r["rung"] == strategy
-                )
-                for k in kinds
-            ]
+            step = [step_ms[k, strategy] for k in kinds]
             xs = [i + (j - 0.5) * width for i in range(len(kinds))]
             left.bar(xs, host, width, label=strategy)
             right.bar(xs, step, width, label=strategy)

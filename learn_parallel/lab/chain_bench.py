@@ -1,16 +1,10 @@
 """Two wrapped networks in a chain, with and without a round trip in between (options chapter).
 
-netA turns images into a wide feature map; netB turns it into class scores. Both are
-wrapped in DataParallel, and one training step is timed two ways:
-
-- *scattered*: netA with ``gather_to_one_device=False`` hands each device's piece of the
-  feature map straight to netB with ``inputs_are_scattered=True``;
-- *regathered*: plain DataParallel twice, so the whole feature map is gathered on the
-  first device and split again for netB (and its gradient makes the same round trip).
-
-Each step is timed after warm-up steps with every device idle at its start and end; the
-median is reported. The options chapter runs `measure` live (`measure.chain`) beside the
-run recorded on GPUs (``chain_bench.json``).
+netA turns images into a wide feature map, netB turns it into class scores; one training
+step is timed two ways: *scattered*, netA with ``gather_to_one_device=False`` hands each
+device's piece straight to netB with ``inputs_are_scattered=True``; *regathered*, plain
+DataParallel twice, so the feature map (and its gradient) is gathered on the first device
+and split again. The chapter runs `measure` live beside the run recorded on GPUs.
 """
 
 from __future__ import annotations

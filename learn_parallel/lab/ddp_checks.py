@@ -1,19 +1,16 @@
 """Per-rank work that shows `learn_parallel.DistributedDataParallel` is right (the DDP chapter).
 
-Each ``*_worker`` runs inside one process of `learn_parallel.lab.processes.run_ranks`
-and returns plain tensors; the caller compares them with `reference_training`,
-the same training done in one process. Everything is float64 by default, so
-"equal" means equal to about 1e-12, not "close in float32".
-
-What "the same training" means with uneven shares: every rank's loss is the
-mean over *its own* rows, and DDP averages the ranks' gradients. That is the
-gradient of the mean of the per-rank mean losses; it equals the gradient of
-the global mean loss only when every rank has the same number of rows.
+Each ``*_worker`` runs in one process of `processes.run_ranks` and returns plain tensors,
+which the caller compares with `reference_training`, the same training in one process, in
+float64 ("equal" means to about 1e-12). With uneven shares every rank's loss is the mean
+over *its own* rows and DDP averages the ranks' gradients: the gradient of the mean of the
+per-rank means, which is the global mean's only when every rank has as many rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -57,11 +54,9 @@ def _grads(module: nn.Module) -> dict[str, torch.Tensor]:
 def reference_training(
     rows: Sequence[int], steps: int = 3, seed: int = 0, per_rank_mean: bool = True
 ) -> dict[str, Any]:
-    """One process, no DDP: what every rank should see. Returns outputs, grads, params per step.
-
-    ``per_rank_mean``: the loss is the mean over ranks of each rank's mean loss
-    (what DDP computes); False: the plain mean over every row of the step.
-    """
+    """One process, no DDP: the outputs, grads and params every rank should see per step.
+    The loss: the mean of each rank's mean loss (as DDP), or without ``per_rank_mean`` the
+    plain mean over every row of the step."""
     model = tiny_model(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     record: dict[str, list] = {"outputs": [], "grads": [], "params": []}
@@ -89,18 +84,14 @@ def train_worker(
     seed: int = 0,
     bucket_cap_mb: float = 0.001,
 ) -> dict[str, Any]:
-    """Train ``steps`` steps with our DDP on this rank's share; return what it saw.
-
-    The default bucket cap (about 1 KB) makes several buckets even for this
-    tiny model, so bucketing is really exercised.
-    """
+    """Train ``steps`` steps with our DDP on this rank's share; return what it saw. The
+    default bucket cap (about 1 KB) makes several buckets even for this tiny model."""
     device = rank_device(dist.get_backend(), rank)
     # Every rank seeds differently: the broadcast at wrap time must fix that.
     model = tiny_model(seed + rank).to(device)
     ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=LR)
-    record: dict[str, Any] = {"outputs": [], "grads": [], "params": [], "buckets": 0}
-    record["buckets"] = len(ddp.buckets)
+    record: dict[str, Any] = {"outputs": [], "grads": [], "params": [], "buckets": len(ddp.buckets)}
     for step in range(steps):
         x, y = (t.to(device) for t in step_batches(rows, step, seed)[rank])
         out = ddp(x)
@@ -114,11 +105,9 @@ def train_worker(
 
 
 def no_sync_worker(rank: int, world: int, micro: int = 3, rows: int = 4, seed: int = 0) -> dict:
-    """``micro`` micro-batches per rank, the first ``micro - 1`` under ``no_sync``, one step.
-
-    Returns the local gradients after the first micro-batch (no communication:
-    they must be this rank's own) and the gradients and parameters after the step.
-    """
+    """``micro`` micro-batches per rank, the first ``micro - 1`` under ``no_sync``, one step:
+    the gradients after the first (this rank's own: no communication), and the gradients and
+    parameters after the step."""
     device = rank_device(dist.get_backend(), rank)
     model = tiny_model(seed).to(device)
     ddp = DistributedDataParallel(model, bucket_cap_mb=0.001)
@@ -128,13 +117,10 @@ def no_sync_worker(rank: int, world: int, micro: int = 3, rows: int = 4, seed: i
     result: dict[str, Any] = {}
     for k, (x, y) in enumerate(mine):
         x, y = x.to(device), y.to(device)
-        if k < micro - 1:
-            with ddp.no_sync():
-                (F.mse_loss(ddp(x), y) / micro).backward()
-            if k == 0:
-                result["first_local_grads"] = _grads(model)
-        else:
+        with ddp.no_sync() if k < micro - 1 else nullcontext():
             (F.mse_loss(ddp(x), y) / micro).backward()
+        if k == 0 and micro > 1:
+            result["first_local_grads"] = _grads(model)
     result["grads"] = _grads(model)
     optimizer.step()
     result["params"] = _snapshot(model)
@@ -152,21 +138,13 @@ def ring_worker(rank: int, world: int, numel: int = 10, seed: int = 0) -> dict[s
     return {"input": mine.cpu(), "ring": ours.cpu(), "all_reduce": theirs.cpu()}
 
 
-class _WithUnused(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.used = nn.Linear(4, 4).double()
-        self.unused = nn.Linear(4, 4).double()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.used(x)
-
-
 def errors_worker(rank: int, world: int) -> dict[str, str]:
     """The messages of what our DDP refuses, raised the same way on every rank."""
     device = rank_device(dist.get_backend(), rank)
     messages: dict[str, str] = {}
-    ddp = DistributedDataParallel(_WithUnused().to(device))
+    model = nn.Linear(4, 4).double()
+    model.unused = nn.Linear(4, 4).double()  # registered but never called: it gets no gradient
+    ddp = DistributedDataParallel(model.to(device))
     try:
         ddp(torch.randn(2, 4, dtype=torch.float64, device=device)).sum().backward()
         messages["unused"] = ""

@@ -4,7 +4,7 @@
 DDP in the same processes (`run_ranks`: NCCL on GPUs, gloo processes on the CPU), our
 `DataParallel` on as many devices in this process, and records a few steps of each of
 ours per rank and device. A step is as slow as its slowest rank, so each step keeps the
-maximum over ranks. torch's DDP alone, for the benchmark and the ladder, is `ddp_times`.
+maximum over ranks.
 """
 
 from __future__ import annotations
@@ -45,24 +45,22 @@ def _wrap(impl: str, model: torch.nn.Module, device: torch.device, cap_mb: float
 
 
 def bench_worker(rank: int, world: int, config: dict[str, Any]) -> dict[str, Any]:
-    """One rank: time each of ``config["implementations"]`` on every workload, then record
-    our DDP's timeline (one row per rank)."""
+    """One rank: time our DDP and torch's on every workload, then record our DDP's timeline
+    (one row per rank)."""
     device = rank_device(dist.get_backend(), rank)
-    torch.backends.cudnn.benchmark = config.get("cudnn_benchmark", False)
+    torch.backends.cudnn.benchmark = False
     out: dict[str, Any] = {"workloads": {}}
     for key, fields in config["workloads"].items():
         workload = Workload(**fields)
-        x, y = make_batch(
-            workload, share(workload.batch, world, rank), device, config["seed"] + rank
-        )
+        rows = share(workload.batch, world, rank)
+        x, y = make_batch(workload, rows, device, config["seed"] + rank)
         entry: dict[str, Any] = {}
-        for impl in config.get("implementations", ("ours", "torch")):
+        for impl in ("ours", "torch"):
             model = build_model(workload, config["seed"]).to(device)
             wrapped = _wrap(impl, model, device, config["bucket_cap_mb"])
             opt = torch.optim.SGD(wrapped.parameters(), lr=config["lr"])
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
-
             step = partial(train_step, wrapped, x, y, workload, opt)
             times = rank_step_times(step, device, config["warmup"], config["steps"])
             entry[impl] = {"step_ms_all": times, "step_ms": statistics.median(times)}
@@ -90,31 +88,10 @@ def _rank_timeline(step: Any, device: torch.device, rank: int, steps: int) -> li
     dist.barrier()
     recorder = Recorder([device], host_row=False, row=f"rank:{rank}", origin_s=0.0)
     with recorder:
-        for number in range(steps):
-            recorder.begin_step(number)
+        for _ in recorder.steps(steps, synchronize=False):
             with phase("step"):
                 step()
     return [asdict(r) for r in recorder.timeline().records]
-
-
-def _launch(config: dict[str, Any], world: int, timeout_s: float, **kwargs: Any) -> Any:
-    """`bench_worker` on ``world`` ranks; on the CPU one thread per rank, as for every
-    simulated device (`steps.one_thread_per_device`)."""
-    backend, _ = choose_backend(world)
-    threads = None if backend == "nccl" else 1
-    return run_ranks(bench_worker, world, (config,), backend, timeout_s, threads=threads, **kwargs)
-
-
-def dp_run(workload: Workload, world: int, config: dict[str, Any]) -> dict[str, Any]:
-    """learn_parallel.DataParallel on ``world`` devices in this process: times and a timeline."""
-    torch.backends.cudnn.benchmark = False
-    devices = resolve_device_ids(list(range(world)))
-    step, _, _ = make_step(workload, devices, DataParallel, config["lr"], config["seed"])
-    times = step_times_ms(step, devices, config["warmup"], config["steps"])
-    result: dict[str, Any] = {"step_ms_all": times, "step_ms": statistics.median(times)}
-    if config["timeline_steps"] > 0:
-        result["timeline"] = record_timeline(step, devices, config["timeline_steps"])
-    return result
 
 
 def choose_backend(world: int) -> tuple[str, str]:
@@ -150,7 +127,10 @@ def compare(
         "seed": seed,
     }
     started = time.perf_counter()
-    ranks, start_times = _launch(config, world, timeout_s, with_times=True)
+    threads = None if backend == "nccl" else 1  # on the CPU one per rank, as per simulated device
+    ranks, start_times = run_ranks(
+        bench_worker, world, (config,), backend, timeout_s, threads=threads, with_times=True
+    )
     processes_s = time.perf_counter() - started
     kind = "cuda" if backend == "nccl" else "cpu"
     names = [r["device_name"] for r in ranks]
@@ -184,18 +164,17 @@ def compare(
             marks = [rec for r in ranks for rec in r["workloads"][key]["timeline"]]
             rows = sorted({rec["device"] for rec in marks})
             clocks = dict.fromkeys(rows, "cuda-event" if kind == "cuda" else "host")
-            entry["ddp_timeline"] = {
-                "hardware": asdict(hardware),
-                "records": marks,
-                "clocks": clocks,
-            }
+            entry["ddp_timeline"] = dict(hardware=asdict(hardware), records=marks, clocks=clocks)
         if with_dp and device_count() < world:
             print(f"DataParallel left out: {world} ranks, but {device_count()} devices here.")
-        elif with_dp:
-            dp = dp_run(workload, world, config)
-            entry["results"]["dp"] = {k: v for k, v in dp.items() if k != "timeline"}
-            if "timeline" in dp:
-                entry["dp_timeline"] = dp["timeline"]
+        elif with_dp:  # learn_parallel.DataParallel on ``world`` devices in this process
+            torch.backends.cudnn.benchmark = False
+            devices = resolve_device_ids(list(range(world)))
+            step, _, _ = make_step(workload, devices, DataParallel, config["lr"], seed)
+            times = step_times_ms(step, devices, warmup, steps)
+            entry["results"]["dp"] = {"step_ms_all": times, "step_ms": statistics.median(times)}
+            if timeline_steps > 0:
+                entry["dp_timeline"] = record_timeline(step, devices, timeline_steps)
         ours, theirs = entry["results"]["ours"]["step_ms"], entry["results"]["torch"]["step_ms"]
         entry["ours_over_torch"] = ours / theirs
         report["workloads"][key] = entry
@@ -218,7 +197,7 @@ def plot_ranks(timeline: Timeline, step: int | None = None, title: str = "", ax:
     """One step of DDP: per rank a compute lane and an all-reduce lane, bars per phase."""
     import matplotlib.pyplot as plt
 
-    from learn_parallel.lab.plots import PHASE_COLORS, figure_height
+    from learn_parallel.lab.plots import LEGEND_RIGHT, PHASE_COLORS, axes_or_new, figure_height
 
     colors = {**PHASE_COLORS, "all-reduce": "#E17C05", "unflatten": "#7F7F7F"}
     step = timeline.steps()[-1] if step is None else step
@@ -231,9 +210,7 @@ def plot_ranks(timeline: Timeline, step: int | None = None, title: str = "", ax:
     kinds = list(
         dict.fromkeys("all-reduce" if r.phase.startswith("all-reduce") else r.phase for r in shown)
     )
-    if ax is None:
-        height = figure_height(len(lanes), len(kinds))
-        _, ax = plt.subplots(figsize=(10, height), layout="constrained")
+    ax = axes_or_new(ax, figure_height(len(lanes), len(kinds)))
     for y, (rank, lane) in enumerate(lanes):
         for r in shown:
             comm = r.phase.startswith("all-reduce")
@@ -249,17 +226,13 @@ def plot_ranks(timeline: Timeline, step: int | None = None, title: str = "", ax:
     ax.set_xlabel("time since the step began (ms)")
     ax.grid(axis="x", alpha=0.3)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors.get(k)) for k in kinds]
-    ax.legend(handles, kinds, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
-    clock = (
-        "CUDA events (all-reduce: on DDP's communication stream)"
-        if timeline.hardware.device_type == "cuda"
-        else "host clock, shared by the processes"
-    )
-    ax.set_title(
-        f"{title or 'learn_parallel.DistributedDataParallel, one step per rank'}\n"
-        f"{timeline.hardware.label(clock=TRANSPORT[timeline.hardware.device_type])}; {clock}",
-        fontsize=10,
-    )
+    ax.legend(handles, kinds, **LEGEND_RIGHT)
+    hw = timeline.hardware
+    clock = "host clock, shared by the processes"
+    if hw.device_type == "cuda":
+        clock = "CUDA events (all-reduce: on DDP's communication stream)"
+    what = title or "learn_parallel.DistributedDataParallel, one step per rank"
+    ax.set_title(f"{what}\n{hw.label(clock=TRANSPORT[hw.device_type])}; {clock}", fontsize=10)
     return ax.figure
 
 
@@ -301,8 +274,7 @@ def step_table(report: dict[str, Any]) -> str:
                 lines.append(f"  {name:<44}{result['step_ms']:>9.2f} ms ({lo:.2f}-{hi:.2f})")
         verdict = ""
         if "ours" in spreads and "torch" in spreads:
-            verdict = {"tie": ", a tie", "faster": ", ours faster", "slower": ", ours slower"}[
-                spread.compare(spreads["ours"], spreads["torch"], "middle")
-            ]
+            said = spread.compare(spreads["ours"], spreads["torch"], "middle")
+            verdict = {"tie": ", a tie", "faster": ", ours faster", "slower": ", ours slower"}[said]
         lines.append(f"  our DDP / torch's DDP: {entry['ours_over_torch']:.2f}{verdict}")
     return "\n".join(lines)

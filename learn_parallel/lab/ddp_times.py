@@ -1,29 +1,22 @@
-"""torch's DistributedDataParallel timed in its own processes, one per device.
+"""torch's DistributedDataParallel with its whole step captured in one CUDA graph.
 
-The benchmark's DDP rows and the ladder's come from `time_ddp`. It starts the ranks
-(`processes.run_ranks`: NCCL on GPUs, gloo processes on a CPU); every rank trains every
-workload on its share of the batch with torch's DDP and times it (a step is as slow as
-its slowest rank). On GPUs each rank can then also time DDP with its whole step
-captured in one CUDA graph, set up as torch's CUDA notes require for capturing DDP with
-NCCL 2.9.6 or later: async error handling off, DDP built on a side stream, at least 11
-eager iterations before the capture. Where the capture is refused, the row says why.
+Set up as torch's CUDA notes require for capturing DDP with NCCL 2.9.6 or later: async
+error handling off before the process group starts (`CAPTURE_ENV`), DDP built on a side
+stream, at least 11 eager iterations before the capture. The ladder chapter shows it; the
+recording times it in one process per GPU, beside plain DDP (the ``ddp_graphs`` row).
 """
 
 from __future__ import annotations
 
-import os
-import statistics
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import torch
-import torch.distributed as dist
+from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from learn_parallel.devices import to_device
-from learn_parallel.lab.processes import rank_device, rank_step_times, run_ranks, share
 from learn_parallel.lab.steps import train_step
-from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
+from learn_parallel.lab.workloads import Workload, loss_function
 from learn_parallel.variants.fast_graphs import restored_cuda_streams
 
 GRAPH_WARMUP = 11  # "at least 11 DDP-enabled eager iterations before capture"
@@ -32,93 +25,10 @@ GRAPH_WARMUP = 11  # "at least 11 DDP-enabled eager iterations before capture"
 CAPTURE_ENV = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "NCCL_ASYNC_ERROR_HANDLING": "0"}
 
 
-def time_ddp(
-    workloads: Sequence[Workload],
-    world: int,
-    warmup: int,
-    steps: int,
-    backend: str,
-    timeout_s: float,
-    graphs: bool = True,
-    lr: float = 0.01,
-    seed: int = 0,
-    cudnn_benchmark: bool = False,
-) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per workload kind, ``{"ddp": result, "ddp_graphs": result}`` (the second with
-    ``graphs``, on GPUs only).
-
-    A result is ``{"status": "ok", "step_ms_all": [...]}`` or ``{"status": "failed",
-    "note": why}``. The ranks run with ``CAPTURE_ENV`` set, plain DDP too, so that both
-    rows come from the same processes.
-    """
-    config = {
-        "workloads": {w.kind: w.to_dict() for w in workloads},
-        "warmup": warmup,
-        "steps": steps,
-        "lr": lr,
-        "seed": seed,
-        "graphs": graphs and backend == "nccl",
-        "cudnn_benchmark": cudnn_benchmark,
-    }
-    saved = {name: os.environ.get(name) for name in CAPTURE_ENV}
-    os.environ.update(CAPTURE_ENV)  # spawned ranks inherit the parent's environment
-    try:
-        ranks = run_ranks(rank_worker, world, args=(config,), backend=backend, timeout_s=timeout_s)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-    return ranks[0]
-
-
-def rank_worker(rank: int, world: int, config: dict[str, Any]) -> dict[str, Any]:
-    """One rank: every workload with DDP, then (GPUs) with DDP's step in a CUDA graph."""
-    device = rank_device(dist.get_backend(), rank)
-    torch.backends.cudnn.benchmark = config["cudnn_benchmark"]
-    out: dict[str, Any] = {}
-    for kind, fields in config["workloads"].items():
-        workload = Workload(**fields)
-        rows = share(workload.batch, world, rank)
-        if rows == 0:
-            note = f"global batch {workload.batch} too small for {world} processes"
-            out[kind] = {"ddp": {"status": "failed", "note": note}}
-            continue
-        x, y = make_batch(workload, rows, device, seed=config["seed"] + rank)
-        out[kind] = {"ddp": _timed(_eager_step, workload, x, y, device, config)}
-        if config["graphs"]:
-            out[kind]["ddp_graphs"] = _timed(_graphed_step, workload, x, y, device, config)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    return out
-
-
-def _timed(make: Callable, workload: Workload, x: Any, y: Any, device: Any, config: dict) -> dict:
-    model = build_model(workload, config["seed"]).to(device)
-    try:
-        step = make(model, workload, x, y, device, config["lr"])
-        failure = ""
-    except Exception as error:  # noqa: BLE001 - a refused capture is a row, not a lost run
-        step, failure = None, f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
-    # Every rank must agree before the next collective: one refusal fails the row everywhere.
-    agreed = torch.tensor([0.0 if failure else 1.0], device=device)
-    dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
-    if agreed.item() == 0.0:
-        return {"status": "failed", "note": failure or "another rank failed to set up this step"}
-    times = rank_step_times(step, device, config["warmup"], config["steps"])
-    return {"status": "ok", "step_ms_all": times, "step_ms": statistics.median(times)}
-
-
-def _eager_step(model, workload, x, y, device, lr) -> Callable[[], None]:
-    ids = [device.index] if device.type == "cuda" else None
-    ddp = DistributedDataParallel(model, device_ids=ids)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=lr)
-    return lambda: train_step(ddp, x, y, workload, optimizer)
-
-
 # [ddp-graph]
-def _graphed_step(model, workload, x, y, device, lr) -> Callable[[], None]:
+def graphed_step(
+    model: nn.Module, workload: Workload, x: Tensor, y: Tensor, device: torch.device, lr: float
+) -> Callable[[], None]:
     """DDP's forward, loss, backward (bucket all-reduces included) and SGD step, one graph."""
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))

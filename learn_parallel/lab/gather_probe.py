@@ -1,11 +1,9 @@
 """What ``torch.nn.parallel.gather`` really does with outputs it was not written for.
 
-Calls the real function (and ``learn_parallel.gather`` beside it) on per-replica
-outputs that are strings, ints, a dataclass holding a tensor, and a tuple of a
-string and a tensor, and writes what came back or what was raised. Cases whose
-tensors never reach torch's ``Gather`` run anywhere; the tuple case needs CUDA
-tensors (``Gather`` refuses CPU ones) and runs only on GPUs. The pitfalls chapter runs
-`probe` live, beside the run recorded on GPUs.
+Calls it (and ``learn_parallel.gather`` beside it) on per-replica strings, ints, a
+dataclass holding a tensor and a tuple of a string and a tensor, and says what came back
+or was raised. The tuple case needs CUDA tensors (torch's ``Gather`` refuses CPU ones) and
+runs only on GPUs. The pitfalls chapter runs `probe` live, beside the run recorded on GPUs.
 """
 
 from __future__ import annotations

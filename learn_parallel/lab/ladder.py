@@ -1,24 +1,22 @@
 """How close can one process get to DDP? The ladder and the clone set, rung by rung.
 
-Each rung is one named change on top of the rung it names as ``below``. `run` measures
-every rung and DDP interleaved: in each of ``repeats`` rounds, every rung is built
-afresh from the same weights and batch, warmed up and timed for ``steps`` steps (each
-ended by a synchronize of every device), then DDP runs in its own processes. A row
-keeps each round's median step time (``repeats``) and their minimum, median and
-maximum; the first round also records a few steps per device (a timeline). The ladder
-and libtorch_replicate chapters run it live on small workloads and plot the runs recorded
-on GPUs (``ladder.json``, ``clone.json``).
+`run` measures every rung (`ladder_rungs`) and DDP interleaved: in each of ``repeats``
+rounds every rung is built afresh from the same weights and batch, warmed up and timed
+(each step ended by a synchronize of every device), then DDP runs in its own processes.
+A row keeps each round's median (``repeats``) and their minimum, median and maximum; the
+first round also records a timeline. The ladder and libtorch_replicate chapters run it
+live on small workloads beside the runs recorded on GPUs (``ladder.json``, ``clone.json``).
 """
 
 from __future__ import annotations
 
-import gc
 import json
 import statistics
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +25,17 @@ import torch
 from learn_parallel.devices import resolve_device_ids, synchronize
 from learn_parallel.lab import provenance
 from learn_parallel.lab.ddp_timeline import choose_backend
-from learn_parallel.lab.ddp_times import time_ddp
 from learn_parallel.lab.ladder_rungs import CLONE_SET, DDP_ROWS, LADDER, LR, SEED, Rung
-from learn_parallel.lab.steps import record_timeline
+from learn_parallel.lab.steps import failure_becomes_row, record_timeline
 from learn_parallel.lab.timing import describe_hardware, step_times_ms
-from learn_parallel.lab.workloads import (
-    Workload,
-    build_model,
-    standard_workloads,
-)
+from learn_parallel.lab.workloads import Workload, build_model, standard_workloads
 from learn_parallel.replicate import replicate
 from learn_parallel.variants.clone_replicate import clone_replicate
 
 SCHEMA = "learn_parallel.lab.ladder/2"
+# Times torch's DDP in its own processes: (workloads, world, warmup, steps, backend, timeout_s,
+# graphs, lr, seed) -> {kind: {"ddp": result, "ddp_graphs": result}}; the recording passes one.
+DdpTimer = Callable[..., dict[str, dict[str, dict[str, Any]]]]
 __all__ = ["CLONE_SET", "DDP_ROWS", "LADDER", "default_workloads", "run"]
 
 
@@ -61,29 +57,20 @@ def measure_round(
     """One round of ``rung``: build, warm up, time; the round's times go into ``row``."""
     if row["status"] != "ok":
         return  # not applicable here, or failed in an earlier round
-    step = None
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", RuntimeWarning)
-            devices = resolve_device_ids(list(range(count)))
-            step, marked = rung.make(workload, devices)
-            times = step_times_ms(step, devices, warmup, steps)
-            if marked is not None and timeline_steps > 0 and "timeline" not in row:
-                row["timeline"] = record_timeline(step, marked, timeline_steps)
-        row["step_ms_all"].append(times)
-        row["repeats"].append(statistics.median(times))
-        for w in caught:
-            if not issubclass(w.category, RuntimeWarning):  # not the row's business: pass it on
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-            elif str(w.message) not in row["note"]:  # a refused capture: ran, but not as named
-                row["note"] = f"{row['note']}; {w.message}" if row["note"] else str(w.message)
-    except Exception as error:  # noqa: BLE001 - one failing rung is a row, not a lost run
-        row.update(status="failed", note=f"{type(error).__name__}: {error}"[:600])
-    finally:
-        del step
-        gc.collect()  # hooks and kept replicas form cycles: free them before the next rung
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        devices = resolve_device_ids(list(range(count)))
+        step, marked = rung.make(workload, devices)
+        times = step_times_ms(step, devices, warmup, steps)
+        if marked is not None and timeline_steps > 0 and "timeline" not in row:
+            row["timeline"] = record_timeline(step, marked, timeline_steps)
+    row["step_ms_all"].append(times)
+    row["repeats"].append(statistics.median(times))
+    for w in caught:
+        if not issubclass(w.category, RuntimeWarning):  # not the row's business: pass it on
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        elif str(w.message) not in row["note"]:  # a refused capture: ran, but not as named
+            row["note"] = f"{row['note']}; {w.message}" if row["note"] else str(w.message)
 
 
 def replicate_host_ms(workload: Workload, count: int, repeats: int = 20) -> dict[str, float]:
@@ -104,32 +91,19 @@ def replicate_host_ms(workload: Workload, count: int, repeats: int = 20) -> dict
 
 
 def _row(name: str, change: str, preconditions: str, below: str | None, kind: str, count: int):
-    return {
-        "rung": name,
-        "workload": kind,
-        "devices": count,
-        "change": change,
-        "preconditions": preconditions,
-        "below": below,
-        "status": "ok",
-        "note": "",
-        "repeats": [],
-        "step_ms_all": [],
-    }
+    """A row before it is measured: what the rung is, and room for its rounds."""
+    row = {"rung": name, "workload": kind, "devices": count, "change": change}
+    row |= {"preconditions": preconditions, "below": below, "status": "ok", "note": ""}
+    return row | {"repeats": [], "step_ms_all": []}
 
 
-def ddp_round(
-    rows: dict, workloads: Sequence[Workload], count: int, warmup: int, steps: int, timeout_s: float
-) -> None:
-    """One round of DDP (and, on GPUs, DDP in a CUDA graph): one launch of ``count`` ranks."""
+def ddp_round(rows: dict, workloads: Sequence[Workload], launch: Callable[..., dict]) -> None:
+    """One round of DDP (and, on GPUs, DDP in a CUDA graph): one ``launch`` of the ranks."""
     alive = {name for (_, name), row in rows.items() if name in DDP_ROWS and row["status"] == "ok"}
     if not alive:
         return  # failed in an earlier round (or not applicable): no processes to start
-    backend, _ = choose_backend(count)
     try:
-        results = time_ddp(
-            workloads, count, warmup, steps, backend, timeout_s, "ddp_graphs" in alive, LR, SEED
-        )
+        results = launch(graphs="ddp_graphs" in alive, lr=LR, seed=SEED)
     except Exception as error:  # noqa: BLE001 - the ranks' failure is the rows' note
         results = {
             w.kind: {n: {"status": "failed", "note": str(error)[-600:]} for n in DDP_ROWS}
@@ -158,12 +132,13 @@ def run(
     warmup: int = 5,
     steps: int = 30,
     timeline_steps: int = 3,
-    ddp: bool = True,
+    ddp: DdpTimer | None = None,
     ddp_timeout: float = 300.0,
     command: str = "",
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Measure ``which`` (``"ladder"`` or ``"clone"``) interleaved; write and return the JSON."""
+    """Measure ``which`` (``"ladder"`` or ``"clone"``) interleaved; write and return the JSON.
+    DDP's rows come from ``ddp`` (None or False: no DDP rows)."""
     out.mkdir(parents=True, exist_ok=True)
     rungs = LADDER if which == "ladder" else CLONE_SET
     started = time.perf_counter()
@@ -172,7 +147,7 @@ def run(
         for w in workloads
         for r in rungs
     }
-    ddp = ddp and which == "ladder"
+    ddp = ddp if which == "ladder" else None
     for w in workloads:
         for r in rungs:
             if r.needs_cuda and not torch.cuda.is_available():
@@ -186,30 +161,21 @@ def run(
     for number in range(repeats):
         for rung in ordered:
             for workload in workloads:
+                row = rows[workload.kind, rung.name]
                 if progress:
-                    print(
-                        f"round {number + 1}/{repeats}: {workload.kind}, {rung.name}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                measure_round(
-                    rows[workload.kind, rung.name],
-                    rung,
-                    workload,
-                    count,
-                    warmup,
-                    steps,
-                    timeline_steps if number == 0 else 0,
-                )
+                    where = f"round {number + 1}/{repeats}: {workload.kind}, {rung.name}"
+                    print(where, file=sys.stderr, flush=True)
+                # A failing rung becomes its row's note; its step is freed before the next rung.
+                with failure_becomes_row(row):
+                    shown = timeline_steps if number == 0 else 0
+                    measure_round(row, rung, workload, count, warmup, steps, shown)
             if ddp and rung is _last_eager(ordered):
-                ddp_round(rows, workloads, count, warmup, steps, ddp_timeout)
+                backend = choose_backend(count)[0]
+                launch = partial(ddp, workloads, count, warmup, steps, backend, ddp_timeout)
+                ddp_round(rows, workloads, launch)
     for row in rows.values():
-        if row["status"] == "ok" and row["repeats"]:
-            row.update(
-                step_ms=statistics.median(row["repeats"]),
-                step_ms_min=min(row["repeats"]),
-                step_ms_max=max(row["repeats"]),
-            )
+        if row["status"] == "ok" and (ms := row["repeats"]):  # the rounds' medians
+            row.update(step_ms=statistics.median(ms), step_ms_min=min(ms), step_ms_max=max(ms))
     host = {w.kind: replicate_host_ms(w, count) for w in workloads} if which == "clone" else {}
     hardware = describe_hardware(resolve_device_ids(list(range(count))))
     report = {

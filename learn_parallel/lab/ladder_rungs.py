@@ -1,9 +1,8 @@
 """The ladder's rungs: each one named change on top of the rung below it, and DDP's rows.
 
-Each `Rung` says what it changes, what it requires and how to build it: a wrapper
-trained with one optimizer (`wrapped`: torch's and our DataParallel, FastDataParallel's
-rungs) or a `ReplicatedStep` (`replicated`: every device with its own optimizer). The
-ladder chapter prints the table; `learn_parallel.lab.ladder.run` measures it.
+Each `Rung` says what it changes, what it requires and how to build it: a wrapper trained
+with one optimizer (`wrapped`) or a `ReplicatedStep` (`replicated`: every device with its
+own optimizer). The ladder chapter prints the table; `ladder.run` measures it.
 """
 
 from __future__ import annotations
@@ -51,13 +50,8 @@ def replicated(**switches: bool) -> Callable:
     def make(workload: Workload, devices: list[Device]) -> tuple[Step, list[Device]]:
         source = devices[0].torch_device
         model = build_model(workload, SEED).to(source)
-        step = ReplicatedStep(
-            model,
-            lambda params: torch.optim.SGD(params, lr=LR),
-            partial(loss_function, workload),
-            [d.index for d in devices],
-            **switches,
-        )
+        sgd, ids = partial(torch.optim.SGD, lr=LR), [d.index for d in devices]
+        step = ReplicatedStep(model, sgd, partial(loss_function, workload), ids, **switches)
         x, y = make_batch(workload, workload.batch, source, SEED)
         batch: Any = (x, y)
         if switches.get("per_device_inputs", True):

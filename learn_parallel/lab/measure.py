@@ -1,9 +1,7 @@
 """The per-device measurements the chapters plot, live and recorded: one function per chapter.
 
-Each chapter times its piece of DataParallel on the reader's devices (real GPUs, or
-simulated CPU devices) and shows beside it the same function run on real H200s, so the
-live plot and the recorded one come from the same code. `load_recorded` reads a recorded
-machine back from the runs that ship with the package (`learn_parallel.lab.records`).
+Each chapter times its piece of DataParallel on the reader's devices (GPUs or simulated)
+beside the same function run on H200s; `load_recorded` reads those recorded runs back.
 """
 
 from __future__ import annotations
@@ -19,12 +17,7 @@ from torch import nn
 
 from learn_parallel import sim
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import (
-    Device,
-    DeviceLike,
-    resolve_device_ids,
-    synchronize,
-)
+from learn_parallel.devices import Device, DeviceLike, resolve_device_ids, synchronize
 from learn_parallel.lab import records
 from learn_parallel.lab.kernels import with_gpu_times
 from learn_parallel.lab.persistent_workers import run_fresh_threads
@@ -52,10 +45,6 @@ class Measurement:
     note: str = ""
     # Interleaved rounds, where a verdict needs them: series -> per x position, each round's value.
     repeats: dict[str, list[list[float]]] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Measurement:
-        return cls(**data)
 
 
 # [median-ms]
@@ -191,14 +180,6 @@ def replicate_copy(devices: Sequence[DeviceLike] | None = None, width: int = 102
     )
 
 
-def _forward_records(timeline: Timeline) -> dict[str, list[float]]:
-    by_device: dict[str, list[float]] = {}
-    for r in timeline.records:
-        if r.phase == "forward" and r.step > 0:  # step 0 warms up
-            by_device.setdefault(r.device, []).append(r.duration_ms)
-    return by_device
-
-
 def replica_forward(devices: Sequence[DeviceLike] | None = None, rows: int = 4096) -> Measurement:
     """Introduction: how long each replica's forward pass takes inside DataParallel."""
     devs = _devices(devices)
@@ -210,7 +191,10 @@ def replica_forward(devices: Sequence[DeviceLike] | None = None, rows: int = 409
     with torch.no_grad(), Recorder(devices=devs) as rec:
         for _ in rec.steps(6):
             wrapped(batch)
-    forward = _forward_records(rec.timeline())
+    forward: dict[str, list[float]] = {}
+    for r in rec.timeline().records:
+        if r.phase == "forward" and r.step > 0:  # step 0 warms up
+            forward.setdefault(r.device, []).append(r.duration_ms)
     return Measurement(
         "replica_forward",
         f"Forward pass of each replica ({-(-rows // len(devs))} rows each)",
@@ -385,15 +369,11 @@ def peak_memory(
 ) -> Measurement:
     """TupleParallel and pitfalls chapters: peak memory per device in one training step.
 
-    A classifier with a wide output (``classes`` logits per row): DataParallel
-    gathers every logit onto the first device for the loss, TupleParallel leaves
-    them where they were computed. On GPUs the numbers are
-    ``torch.cuda.max_memory_allocated``; on simulated devices they are the bytes
-    of tensors living on each one (`learn_parallel.sim`), which counts
-    the same tensors without the CUDA allocator's rounding and caching. The
-    default sizes are 8192 rows x 32000 classes from 1024 features on GPUs; on
-    simulated devices, where the CPU does every device's work, 4096 x 2000
-    from 128, which keeps the logits the largest tensors of the step.
+    A classifier with ``classes`` logits per row: DataParallel gathers every logit onto the
+    first device for the loss, TupleParallel leaves them where they were computed. GPUs:
+    ``torch.cuda.max_memory_allocated``; simulated devices: the bytes of tensors living on
+    each (no allocator rounding or caching), at smaller default sizes (the CPU does every
+    device's work) that keep the logits the largest tensors of the step.
     """
     devs = _devices(devices)
     on_gpus = devs[0].type == "cuda"
@@ -465,12 +445,9 @@ def _time_apply_calls(devs: Sequence[Device]) -> list[float]:
 
 
 def worker_overhead(devices: Sequence[DeviceLike] | None = None) -> Measurement:
-    """Performance chapter: the cost of one parallel_apply call on tiny replicas.
-
-    The replicas do almost nothing, so what is timed is the machinery: handing
-    the jobs to persistent workers vs starting and joining a thread per replica
-    (and, on GPUs, torch.nn.parallel.parallel_apply, which does the latter).
-    """
+    """Performance chapter: one parallel_apply call on replicas that do almost nothing, so
+    what is timed is the machinery: persistent workers vs a thread started per replica (and,
+    on GPUs, torch.nn.parallel.parallel_apply, which does the latter)."""
     devs = _devices(devices)
     counts = _counts(devs)
     series: dict[str, list[float]] = {"persistent workers (learn_parallel)": []}
@@ -501,8 +478,7 @@ def chain(devices: Sequence[DeviceLike] | None = None, config: Any = None) -> Me
         batch=64, image_size=32, features=32, classes=10, warmup=2, steps=7
     )
     results = [chain_bench.measure(n, config) for n in _counts(devs) if n >= 2]
-    on_gpus = devs[0].type == "cuda"
-    label = describe_hardware(devs).label(clock=CHAIN_CLOCK[on_gpus])
+    label = describe_hardware(devs).label(clock=CHAIN_CLOCK[devs[0].type == "cuda"])
     return chain_measurement(results, label, config.feature_map_mb)
 
 
@@ -549,9 +525,8 @@ class Recorded:
     def measurement(self, key: str) -> Measurement:
         if key not in self.measurements:
             raise KeyError(
-                f"The recording from {self.machine} has no measurement {key!r} "
-                f"(it has {sorted(self.measurements)}); record it again with "
-                f"book/data/record_gpu_runs.sh."
+                f"The recording from {self.machine} has no measurement {key!r} (it has "
+                f"{sorted(self.measurements)}); record it again with book/data/record_gpu_runs.sh."
             )
         return self.measurements[key]
 
@@ -577,10 +552,8 @@ class Recorded:
 def load_recorded(machine: str = "h200-x4") -> Recorded:
     """The runs recorded on ``machine`` (a folder name under `records.recorded_root`)."""
     folder = records.recorded_root() / machine
-    chapters, bench = (
-        records.read_json("chapters.json", machine),
-        records.read_json("bench.json", machine),
-    )
+    chapters = records.read_json("chapters.json", machine)
+    bench = records.read_json("bench.json", machine)
     if chapters is None and bench is None:
         raise FileNotFoundError(
             f"No recorded runs for {machine!r}: {folder} holds neither chapters.json nor "
@@ -591,7 +564,7 @@ def load_recorded(machine: str = "h200-x4") -> Recorded:
     chapters = chapters or {"measurements": {}, "timelines": {}}
     meta = (bench or {}).get("meta", {})
     hardware = chapters.get("hardware") or Hardware.from_dict(meta["hardware"]).label(clock=True)
-    measurements = {k: Measurement.from_dict(v) for k, v in chapters["measurements"].items()}
+    measurements = {k: Measurement(**v) for k, v in chapters["measurements"].items()}
     chain = records.read_json("chain_bench.json", machine)
     if chain and "chain" not in measurements:  # recorded by its own driver, in its own file
         on_gpus = not chain["hardware"].get("simulated", False)
@@ -609,5 +582,5 @@ def load_recorded(machine: str = "h200-x4") -> Recorded:
         chain_bench=chain,
         date=chapters.get("date") or meta.get("date", ""),
         source=str(folder),
-        repeat={k: Measurement.from_dict(v) for k, v in repeat["measurements"].items()},
+        repeat={k: Measurement(**v) for k, v in repeat["measurements"].items()},
     )

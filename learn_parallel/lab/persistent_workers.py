@@ -7,9 +7,6 @@ Every runner calls the very same jobs (``with torch.cuda.device(i): replica(piec
 * `PersistentThreads`: one thread per device for the whole run (a single-worker
   ``ThreadPoolExecutor`` each), as ``learn_parallel`` does;
 * `run_in_caller`: every forward in turn in the calling thread, a control.
-
-The performance chapter shows them and the training step it timed with each, recorded
-on GPUs (``persistent_workers.json``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Plots of recorded timelines and benchmark results (matplotlib, safe without a display).
 
-Every function takes plain data (a `Timeline`, or benchmark result rows as dicts, exactly
-as they sit in the JSON file), returns the matplotlib Figure, and puts the hardware that
-made the numbers in the title. The chapters draw them beside the runs recorded on GPUs.
+Every function takes plain data (a `Timeline`, or benchmark result rows as they sit in
+the JSON file), returns the Figure, and names the hardware that made the numbers.
 """
 
 from __future__ import annotations
@@ -46,6 +45,7 @@ IMPLEMENTATION_COLORS = {
 }
 
 Result = Mapping[str, Any]
+LEGEND_RIGHT = {"loc": "upper left", "bbox_to_anchor": (1.01, 1), "frameon": False}
 
 
 def _color(phase: str) -> str:
@@ -72,13 +72,16 @@ def figure_height(rows: int, legend_entries: int = 0) -> float:
     return max(1.5 + 0.5 * rows, 1.1 + 0.26 * legend_entries)
 
 
+def axes_or_new(ax: Any, height: float) -> Any:
+    """``ax`` if given, else the axes of a new figure 10 inches wide and ``height`` tall."""
+    return plt.subplots(figsize=(10, height), layout="constrained")[1] if ax is None else ax
+
+
 def plot_timeline(
     timeline: Timeline, step: int | None = None, title: str | None = None, ax: Any = None
 ) -> Figure:
-    """One row per device, one coloured bar per phase, for one step (default: the last).
-
-    ``title`` (one line) says what ran; a second line names the hardware and clock.
-    """
+    """One row per device, one coloured bar per phase, for one step (default: the last);
+    ``title`` says what ran, a second line names the hardware and clock."""
     step = timeline.steps()[-1] if step is None else step
     records = [r for r in timeline.records if r.step == step]
     if not records:
@@ -86,10 +89,7 @@ def plot_timeline(
     origin = min(r.start_ms for r in records)
     rows = [d for d in timeline.devices() if any(r.device == d for r in records)]
     phases = _phases_in(timeline)
-    if ax is None:
-        height = figure_height(len(rows), len(phases))
-        _, ax = plt.subplots(figsize=(10, height), layout="constrained")
-    fig = ax.figure
+    ax = axes_or_new(ax, figure_height(len(rows), len(phases)))
     # Longest first, so phases nested in another (backward's parts) are drawn on top.
     records = sorted(records, key=lambda r: -r.duration_ms)
     for y, row in enumerate(rows):
@@ -109,11 +109,11 @@ def plot_timeline(
     if any(r.gpu_ms is not None for r in records):
         handles.append(plt.Rectangle((0, 0), 1, 1, color="k"))
         labels.append("GPU work in the bar\n(kernels, copies;\ntorch.profiler)")
-    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    ax.legend(handles, labels, **LEGEND_RIGHT)
     hw = timeline.hardware.label()
     what = title or "One training step, per device"
     ax.set_title(f"{what}\n{hw}; {_clock_note(timeline)}", fontsize=10)
-    return fig
+    return ax.figure
 
 
 def phase_totals(timeline: Timeline, steps: Sequence[int] | None = None) -> dict[str, dict]:
@@ -136,10 +136,7 @@ def plot_phase_breakdown(
     totals = phase_totals(timeline, steps)
     rows = [d for d in timeline.devices() if d in totals]
     phases = _phases_in(timeline)
-    if ax is None:
-        height = figure_height(len(rows), len(phases))
-        _, ax = plt.subplots(figsize=(10, height), layout="constrained")
-    fig = ax.figure
+    ax = axes_or_new(ax, figure_height(len(rows), len(phases)))
     left = [0.0] * len(rows)
     for p in phases:
         widths = [totals[row].get(p, 0.0) for row in rows]
@@ -152,12 +149,12 @@ def plot_phase_breakdown(
     ax.set_xlim(0, max(left, default=1) * 1.15 or 1)
     ax.set_xlabel("mean time per step (ms)")
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    ax.legend(**LEGEND_RIGHT)
     n = len(timeline.steps() if steps is None else steps)
     what = title or "Where each device's time goes"
     hw = f"{timeline.hardware.label()}; {_clock_note(timeline)}"
     ax.set_title(f"{what}\nmean of {n} step{'s' if n != 1 else ''}, {hw}", fontsize=10)
-    return fig
+    return ax.figure
 
 
 def _ok(results: Sequence[Result]) -> list[Result]:
@@ -175,47 +172,35 @@ def _by_implementation(results: Sequence[Result]) -> dict[str, list[Result]]:
 def plot_scaling(
     results: Sequence[Result], hardware: str, title: str = "", ax: Any = None
 ) -> Figure:
-    """Throughput (samples/s) against device count, with ideal linear scaling.
-
-    ``results`` are the rows of one workload. The ideal line starts from the
-    one-device, no-wrapper throughput (or the best one-device number).
-    """
+    """Throughput (samples/s) against device count for one workload's rows, with the ideal:
+    the one-device, no-wrapper throughput (or the best one-device number) times N."""
     ok = _ok(results)
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(10, 5), layout="constrained")
-    fig = ax.figure
+    ax = axes_or_new(ax, 5)
     counts = sorted({r["devices"] for r in results}) or [1]
-    base = [r for r in ok if r["implementation"] == "single"] or [
-        r for r in ok if r["devices"] == 1
-    ]
+    base = [r for r in ok if r["implementation"] == "single"]
+    base = base or [r for r in ok if r["devices"] == 1]
     if base:
         one = max(r["samples_per_s"] for r in base)
         ax.plot(counts, [one * n for n in counts], "k--", lw=1, label="ideal (one device x N)")
     for impl, rows in _by_implementation(ok).items():
-        ax.plot(
-            [r["devices"] for r in rows],
-            [r["samples_per_s"] for r in rows],
-            marker="o",
-            color=IMPLEMENTATION_COLORS.get(impl),
-            label=IMPLEMENTATION_LABELS.get(impl, impl),
-        )
+        xs, ys = [r["devices"] for r in rows], [r["samples_per_s"] for r in rows]
+        label = IMPLEMENTATION_LABELS.get(impl, impl)
+        ax.plot(xs, ys, marker="o", color=IMPLEMENTATION_COLORS.get(impl), label=label)
     ax.set_xticks(counts)
     ax.set_xlabel("devices")
     ax.set_ylabel("throughput (samples/s)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    ax.legend(fontsize=9, **LEGEND_RIGHT)
     ax.set_title(f"{title + ': ' if title else ''}throughput vs devices\n({hardware})")
-    return fig
+    return ax.figure
 
 
 def plot_implementations(
     results: Sequence[Result], hardware: str, title: str = "", ax: Any = None
 ) -> Figure:
     """Step time per implementation, grouped by device count; missing ones are marked."""
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(10, 5), layout="constrained")
-    fig = ax.figure
+    ax = axes_or_new(ax, 5)
     counts = sorted({r["devices"] for r in results})
     impls = [i for i in _by_implementation(results) if i != "single"]
     width = 0.8 / max(len(impls), 1)
@@ -245,20 +230,15 @@ def plot_implementations(
     ax.set_ylabel("median step time (ms), lower is better")
     ax.set_ylim(0, tallest * 1.15)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(
-        handles, labels, fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False
-    )
+    ax.legend(handles, labels, fontsize=9, **LEGEND_RIGHT)
     ax.set_title(f"{title + ': ' if title else ''}step time per implementation\n({hardware})")
-    return fig
+    return ax.figure
 
 
 def plot_measurement(live: Measurement, recorded: Measurement | None = None) -> Figure:
-    """A chapter's measurement on this machine, and beside it the same one recorded on GPUs.
-
-    Each panel is titled with the hardware that made its numbers; the panels do
-    not share a y axis, because host-clock and GPU timings differ by orders of
-    magnitude.
-    """
+    """A chapter's measurement on this machine, and beside it the same one recorded on GPUs,
+    each titled with its hardware; no shared y axis: host-clock and GPU timings differ by
+    orders of magnitude."""
     panels = [m for m in (live, recorded) if m is not None]
     fig, axes = plt.subplots(
         1, len(panels), figsize=(5.2 * len(panels), 3.4), layout="constrained", squeeze=False

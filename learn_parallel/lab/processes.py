@@ -1,15 +1,11 @@
 """Start one process per rank on this machine, with timeouts everywhere, and collect results.
 
-`run_ranks(fn, world_size)` spawns ``world_size`` fresh Python processes
-(``torch.multiprocessing``, start method "spawn"), joins them into one
-``torch.distributed`` process group over 127.0.0.1 (gloo on the CPU, NCCL on
-GPUs), calls ``fn(rank, world_size, *args)`` in each and returns the values
-they returned, in rank order. ``fn`` must be importable (defined in a module,
-not in a notebook cell): spawned processes find it by its module and name.
-
-Nothing hangs: the process group has a timeout (a rank left waiting in a
-collective gets an error), the parent waits at most ``timeout_s`` in all, and
-when one rank fails the others are terminated and its traceback is raised.
+`run_ranks(fn, world_size)` spawns ``world_size`` fresh Python processes, joins them into
+one ``torch.distributed`` process group over 127.0.0.1 (gloo on the CPU, NCCL on GPUs),
+calls ``fn(rank, world_size, *args)`` in each and returns their values in rank order.
+``fn`` must be defined in a module, not a notebook cell: a spawned process imports it.
+Nothing hangs: a collective left waiting times out, the parent waits at most ``timeout_s``,
+and when one rank fails the others are stopped and its traceback is raised.
 """
 
 from __future__ import annotations
@@ -69,12 +65,8 @@ def share(batch: int, world: int, rank: int) -> int:
 def rank_step_times(
     step: Callable[[], Any], device: torch.device, warmup: int, steps: int
 ) -> list[float]:
-    """Wall time (ms) of each timed ``step`` as the slowest rank saw it; every rank calls this.
-
-    Timed as `step_times_ms` times (the device idle at each step's start and end), after
-    a barrier so the ranks start together; a step is as slow as its slowest rank, so each
-    step keeps the maximum over ranks.
-    """
+    """Wall time (ms) of each timed ``step`` (as `step_times_ms`, after a barrier); every rank
+    calls this and gets, per step, the slowest rank's time: a step is as slow as that rank."""
     for _ in range(warmup):
         step()
     devices = [to_device(device, allow_cpu=True)]  # a gloo rank runs on the CPU
@@ -142,11 +134,9 @@ def run_ranks(
 ) -> list[Any]:
     """``[fn(0, world_size, *args), fn(1, ...), ...]``, each computed in its own process.
 
-    ``timeout_s`` bounds the whole run; ``group_timeout_s`` bounds any one
-    collective. ``threads``: torch's CPU threads per process (default: the
-    cores shared out). ``with_times``: return ``(values, times)`` where
-    ``times[r]`` holds the wall-clock seconds from the call until rank r had
-    started Python and until it had joined the process group.
+    ``timeout_s`` bounds the whole run, ``group_timeout_s`` any one collective; ``threads``:
+    torch's CPU threads per process (default: the cores shared out). ``with_times``: return
+    ``(values, times)``, ``times[r]`` the seconds until rank r started and joined the group.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be 1 or more, got {world_size}.")
@@ -160,11 +150,7 @@ def run_ranks(
     with tempfile.TemporaryDirectory() as folder:
         entry_args = (fn, world_size, free_port(), backend, group_timeout_s, tuple(args))
         context = mp.start_processes(
-            _entry,
-            args=(*entry_args, folder, threads),
-            nprocs=world_size,
-            join=False,
-            start_method="spawn",
+            _entry, (*entry_args, folder, threads), world_size, join=False, start_method="spawn"
         )
         deadline = time.monotonic() + timeout_s
         try:
@@ -175,13 +161,13 @@ def run_ranks(
                         "(timeout_s); they were stopped."
                     )
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as error:
-            raise RankFailed(_failures(_all(folder, world_size)) or str(error)) from None
+            raise RankFailed(_failures(_results(folder, world_size)) or str(error)) from None
         finally:
             for process in context.processes:
                 if process.is_alive():
                     process.kill()
                     process.join(5)
-        results = _all(folder, world_size)
+        results = _results(folder, world_size)
     if any(not r["ok"] for r in results):
         raise RankFailed(_failures(results))
     values = [r["value"] for r in results]
@@ -193,15 +179,13 @@ def run_ranks(
     return values
 
 
-def _load(folder: str, rank: int) -> dict[str, Any]:
-    path = Path(folder) / f"rank{rank}.pt"
-    if not path.exists():
-        return {"ok": False, "error": f"rank {rank} left no result"}
-    return torch.load(path, weights_only=False)
-
-
-def _all(folder: str, world_size: int) -> list[dict[str, Any]]:
-    return [_load(folder, rank) for rank in range(world_size)]
+def _results(folder: str, world_size: int) -> list[dict[str, Any]]:
+    results = []
+    for rank in range(world_size):
+        path = Path(folder) / f"rank{rank}.pt"
+        missing = {"ok": False, "error": f"rank {rank} left no result"}
+        results.append(torch.load(path, weights_only=False) if path.exists() else missing)
+    return results
 
 
 def _failures(results: list[dict[str, Any]]) -> str:

@@ -1,10 +1,9 @@
 """Show the package's real source in a notebook cell's output.
 
-The chapters put the code they explain beside the prose by *reading it from the
-package at run time*, never by pasting it. The output carries three forms, so
-it renders wherever the notebook is opened: HTML with inline colours (Jupyter,
-JupyterLab, Colab, nbconvert and the built site), Markdown, and plain text.
-Each names the file and the line numbers it came from.
+The chapters put the code they explain beside the prose by *reading it from the package
+at run time*, never by pasting it. The output renders wherever the notebook is opened:
+HTML with inline colours (Jupyter, JupyterLab, Colab, nbconvert and the built site),
+Markdown and plain text, each naming the file and the lines it came from.
 """
 
 from __future__ import annotations
@@ -71,12 +70,9 @@ def _relative(path: Path) -> str:
 
 
 def resolve(name: str) -> Any:
-    """The module, class, function or method a dotted name names.
-
-    ``"learn_parallel.replicate.copy_to_devices"`` is the function even though
-    ``learn_parallel.replicate`` (the package attribute) is the function ``replicate``:
-    the longest importable prefix is taken as the module, the rest as attributes.
-    """
+    """The module, class, function or method a dotted name names: the longest importable
+    prefix is the module, the rest attributes (so ``"learn_parallel.replicate.copy_to_devices"``
+    works although the package attribute ``learn_parallel.replicate`` is a function)."""
     parts = name.split(".")
     for cut in range(len(parts), 0, -1):
         try:
@@ -93,23 +89,16 @@ def resolve(name: str) -> Any:
 
 
 def _module_file(module: ModuleType | str) -> Path:
-    if isinstance(module, ModuleType):
-        return Path(inspect.getsourcefile(module) or "")
-    if module.endswith(".py"):
-        path = Path(module)
-        return path if path.is_absolute() else PACKAGE_ROOT.parent / path
-    return _module_file(importlib.import_module(module))
+    module = importlib.import_module(module) if isinstance(module, str) else module
+    return Path(inspect.getsourcefile(module) or "")
 
 
 def source_of(obj: Any, marker: str | None = None) -> Source:
-    """The source of a function, class or method; or, with ``marker``, of a marked region.
+    """The source of a function, class or method (``source_of(Scatter)``); or, with ``marker``,
+    the lines between a module's two ``# [marker]`` comments (``source_of(module, "name")``).
 
-    ``source_of(Scatter)`` gives the class as written. ``source_of(module, "name")``
-    gives the lines between two ``# [name]`` comments in that module (a region that
-    holds more than one object), without the marker lines themselves. ``obj`` may
-    also be a dotted name (``"learn_parallel.replicate.copy_to_devices"``, or
-    ``"learn_parallel.replicate"`` with a marker). A method or a region inside a
-    class is shown dedented; the line numbers stay those of the file.
+    ``obj`` may be a dotted name (``"learn_parallel.replicate.copy_to_devices"``). A method
+    or a region inside a class is shown dedented; the line numbers stay those of the file.
     """
     if marker is None:
         obj = resolve(obj) if isinstance(obj, str) else inspect.unwrap(obj)
@@ -132,9 +121,7 @@ def source_of(obj: Any, marker: str | None = None) -> Source:
     return Source(_relative(path), start + 2, textwrap.dedent("".join(body)))
 
 
-def show_source(obj: Any, marker: str | None = None) -> Source:
-    """`source_of`, for the last line of a notebook cell: it displays itself."""
-    return source_of(obj, marker)
+show_source = source_of  # for the last line of a notebook cell: the `Source` displays itself
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -1,14 +1,10 @@
 """Compare two timed configurations by their spread, and call a tie a tie.
 
-A median alone hides how much the times move from step to step and from run to
-run. ``Spread.of(samples)`` keeps the minimum, quartiles, median and maximum of
-repeated samples of one configuration; ``compare(a, b)`` calls ``a`` faster or
-slower than ``b`` only when their bands do not overlap, and a tie otherwise.
-
-Which band: ``"range"`` (minimum to maximum) for a few repeats of a whole run,
-as the book asks of interleaved repeats; ``"middle"`` (first to third quartile)
-for the many step times of one run, where a single slow step (a garbage
-collection, a page fault) would otherwise stretch the range over everything.
+``Spread.of(samples)`` keeps the minimum, quartiles, median and maximum of one
+configuration's samples; ``compare(a, b)`` calls ``a`` faster or slower than ``b`` only
+when their bands do not overlap. The band: ``"range"`` (minimum to maximum) for a few
+interleaved repeats of a whole run; ``"middle"`` (first to third quartile) for the many
+step times of one run, where one slow step (a garbage collection) would stretch the range.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """One training step, the way every timed comparison in the book runs it.
 
-`train_step` is what the performance chapter shows: forward, loss, backward, SGD step.
-`make_step` builds one for a workload under any wrapper, `record_timeline` records a
-few more steps per device, and `failure_becomes_row` turns one failed run into a row of
-a result table. `one_thread_per_device` is the CPU thread policy the chapters and the
-benchmark set before they time anything.
+`train_step` (the performance chapter shows it): forward, loss, backward, SGD step;
+`make_step` builds one for a workload under any wrapper; `record_timeline` records a few
+more per device; `failure_becomes_row` turns a failed run into a row of a result table;
+`one_thread_per_device` is the CPU thread policy set before anything is timed.
 """
 
 from __future__ import annotations
@@ -27,11 +26,9 @@ from learn_parallel.lab.workloads import Workload, build_model, loss_function, m
 def one_thread_per_device() -> str:
     """Give each simulated device (and the one-device baseline) one CPU core; say so in a line.
 
-    A simulated device computes on the CPU in its worker thread. With torch's default
-    intra-op pool every operator also spreads over all cores, so N devices' threads fight
-    over the same cores, and on a busy machine one device's step gets slower than N
-    devices' together. One thread per operator makes every wrapper and baseline use one
-    core per device. GPU runs are left as they are (their work is on the GPUs).
+    A simulated device computes in its worker thread; with torch's default intra-op pool
+    every operator also spreads over all cores, so N devices' threads fight over them (on a
+    busy machine one device's step got slower than N devices'). GPU runs are left alone.
     """
     if device_type() == "cuda":
         return ""
@@ -94,8 +91,8 @@ def make_step(
 
 
 def record_timeline(step: Callable[[], Any], devices: Sequence[Device], steps: int) -> dict:
-    """``steps`` more calls of ``step`` recorded per device (`Recorder`), as JSON-ready data;
-    on GPUs each bar also carries the GPU time inside it (`lab.kernels`)."""
+    """``steps`` more calls of ``step`` recorded per device, as JSON-ready data (on GPUs with
+    the GPU time inside each bar)."""
 
     def record() -> Timeline:
         with Recorder(devices=devices) as recorder:

@@ -1,7 +1,7 @@
 """Per-device, per-phase timing of a DataParallel step (off unless switched on).
 
-The core marks its phases with ``with phase(name, device):`` (`learn_parallel.phases`);
-a switched-on `Recorder` listens, and the training loop marks the rest itself::
+The core marks its phases (`learn_parallel.phases`); a switched-on `Recorder` listens, and
+the training loop marks the rest itself::
 
     with Recorder(devices=dp.devices) as rec:
         for _ in rec.steps(3):
@@ -10,9 +10,9 @@ a switched-on `Recorder` listens, and the training loop marks the rest itself::
                 loss.backward()
     timeline = rec.timeline()                  # plain data, JSON-ready
 
-On GPUs every mark is a CUDA event on the device's current stream, turned into
-milliseconds only by `Recorder.timeline`; simulated devices use the host clock. The
-data_parallel and performance chapters plot what it records.
+On GPUs a mark is a CUDA event on the device's current stream (read only by
+`Recorder.timeline`), on simulated devices the host clock; the data_parallel and
+performance chapters plot what it records.
 """
 
 from __future__ import annotations
@@ -29,13 +29,7 @@ from typing import Any
 import torch
 
 from learn_parallel import phases
-from learn_parallel.devices import (
-    Device,
-    DeviceLike,
-    device_count,
-    device_type,
-    to_device,
-)
+from learn_parallel.devices import Device, DeviceLike, device_count, device_type, to_device
 from learn_parallel.devices import synchronize as synchronize_devices
 
 _active: Recorder | None = None  # the recorder switched on, if any
@@ -90,12 +84,9 @@ class Hardware:
         return "CUDA events" if self.device_type == "cuda" else "host clock"
 
     def label(self, count: int | None = None, clock: bool | str = False) -> str:
-        """The one name of the hardware every plot and table carries: ``"4 x NVIDIA H200"``,
-        ``"4 simulated CPU devices"`` or, for gloo ranks, ``"2 CPU processes on 2 cores"``.
-
-        ``count`` overrides N (a run that used fewer devices than the machine has);
-        ``clock=True`` adds what timed it (``"(CUDA events)"``), a string adds that text.
-        """
+        """``"4 x NVIDIA H200"``, ``"4 simulated CPU devices"``, ``"2 CPU processes on 2 cores"``
+        (gloo ranks); ``count`` overrides N; ``clock=True`` adds ``" (CUDA events)"``, a string
+        adds that text."""
         n = self.device_count if count is None else count
         if self.device_type == "cuda":
             names = sorted(set(self.device_names[:n])) or ["GPU"]
@@ -137,26 +128,18 @@ class Timeline:
 
     def devices(self) -> list[str]:
         """Rows in display order: the host row first, then devices by index."""
-        rows = {r.device for r in self.records}
 
-        def key(row: str) -> tuple[int, str, int]:
-            if row == HOST:
-                return (0, "", 0)
+        def key(row: str) -> tuple[bool, str, int]:
             kind, _, index = row.partition(":")
-            return (1, kind, int(index) if index.isdigit() else 0)
+            return (row != HOST, kind, int(index) if index.isdigit() else 0)
 
-        return sorted(rows, key=key)
+        return sorted({r.device for r in self.records}, key=key)
 
     def steps(self) -> list[int]:
         return sorted({r.step for r in self.records})
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "hardware": asdict(self.hardware),
-            "clocks": dict(self.clocks),
-            "records": [asdict(r) for r in self.records],
-            "origin_s": self.origin_s,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Timeline:
@@ -174,8 +157,7 @@ class _Mark:
     __slots__ = ("host_s", "event")
 
     def __init__(self, device: Device | None) -> None:
-        self.event = None
-        self.host_s = 0.0
+        self.event, self.host_s = None, 0.0
         if device is not None and device.type == "cuda":
             self.event = torch.cuda.Event(enable_timing=True)
             self.event.record(torch.cuda.current_stream(device.index))
@@ -186,17 +168,11 @@ class _Mark:
 class Recorder:
     """Collects the start and end of every phase on every device, step by step.
 
-    ``devices`` are the rows that phases of no single device (scatter, replicate, gather,
-    and the loop's loss, backward and optimizer step) are recorded on; default: every
-    device here. On GPUs such a phase gets an event pair on each device's current stream
-    and, with ``host_row``, a host-clock bar (when Python issued it); simulated devices all
-    run on the host clock, so their host row is off by default. Inside ``backward`` the
-    core marks ``grad scatter`` (gather's backward) and ``reduce`` (replicate's backward);
-    `timeline` adds each device's ``replica backward`` between the two. On simulated
-    devices CPU autograd runs every replica's backward in the calling thread, so every
-    row shows the same span. One process of many (a DDP rank): ``row="rank:1"`` names its
-    one device's row and ``origin_s=0.0`` keeps ``time.perf_counter``'s own scale, which
-    every process of a machine shares, so the ranks' rows line up.
+    A phase of no single device (scatter, gather, the loop's backward ...) is recorded on each
+    of ``devices`` (default: all here): on GPUs an event pair on each one's current stream,
+    with ``host_row`` (GPUs' default) also a host-clock bar for when Python issued it. One
+    process of many (a DDP rank): ``row="rank:1"`` names its one device's row, and
+    ``origin_s=0.0`` keeps ``time.perf_counter``'s scale, which every process shares.
     """
 
     def __init__(
@@ -214,7 +190,6 @@ class Recorder:
         self.host_row = (kind == "cuda") if host_row is None else host_row
         self.row, self._origin_s = row, origin_s
         self.step = 0
-        self._next_step = 0
         self._lock = threading.Lock()
         self._pending: list[tuple[str, str, _Mark, _Mark, int, Device | None]] = []
         self._references: dict[Device, tuple[float, Any]] = {}
@@ -260,26 +235,16 @@ class Recorder:
         self._references[device] = (time.perf_counter() - self._t0, event)
 
     # -- steps -----------------------------------------------------------------
-    def begin_step(self, step: int | None = None) -> int:
-        """Records made from now on belong to ``step`` (default: the next one)."""
-        self.step = self._next_step if step is None else step
-        self._next_step = self.step + 1
-        return self.step
-
     def steps(self, count: int | Iterable[Any], synchronize: bool = True) -> Iterator[Any]:
         """``for _ in rec.steps(3):`` numbers the loop's steps 0, 1, 2.
 
-        With ``synchronize`` (the default) every device is idle when a step
-        begins, as in `step_times_ms`: a recorded step is then the same thing
-        as a timed one. Without it the host runs ahead: it issues step N+1
-        while the GPUs still work on step N, so the host row of a step starts
-        long before its GPU rows (which wait for the previous step's work).
-        """
+        With ``synchronize`` every device is idle when a step begins, as in `step_times_ms`;
+        without, the host issues step N+1 while the GPUs still work on step N."""
         items = range(count) if isinstance(count, int) else count
         for number, item in enumerate(items):
             if synchronize:
                 synchronize_devices(self.devices)
-            self.begin_step(number)
+            self.step = number
             yield item
         if synchronize:
             synchronize_devices(self.devices)
@@ -337,16 +302,13 @@ class Recorder:
             torch.cuda.synchronize(device.index)
         records, clocks = [], {}
         for row, name, start, end, step, device in pending:
-            records.append(
-                PhaseRecord(row, name, self._ms(start, device), self._ms(end, device), step)
-            )
+            ms = self._ms(start, device), self._ms(end, device)
+            records.append(PhaseRecord(row, name, *ms, step))
             clocks[row] = "cuda-event" if start.event is not None else "host"
         records += replica_backward(records)
-        hardware_devices = sorted(
-            {d for *_, d in pending if d is not None} | set(self.devices),
-            key=lambda d: d.index or 0,
-        )
-        result = Timeline(describe_hardware(hardware_devices), records, clocks, self._t0)
+        used = {d for *_, d in pending if d is not None} | set(self.devices)
+        hardware = describe_hardware(sorted(used, key=lambda d: d.index or 0))
+        result = Timeline(hardware, records, clocks, self._t0)
         with self._lock:
             self._timeline = result
         return result
@@ -368,22 +330,17 @@ def replica_backward(records: Sequence[PhaseRecord]) -> list[PhaseRecord]:
             ends[key] = max(ends.get(key, r.end_ms), r.end_ms)
         elif r.phase == "reduce":
             starts[key] = min(starts.get(key, r.start_ms), r.start_ms)
-    return [
-        PhaseRecord(device, "replica backward", ends[key], starts[key], step)
-        for key in sorted(ends.keys() & starts.keys())
-        for device, step in [key]
-        if device != HOST and starts[key] >= ends[key]
-    ]
+    keys = [k for k in sorted(ends.keys() & starts.keys()) if k[0] != HOST and starts[k] >= ends[k]]
+    return [PhaseRecord(d, "replica backward", ends[d, s], starts[d, s], s) for d, s in keys]
 
 
 def step_spans(timeline: Timeline) -> list[dict[str, Any]]:
     """Per step, the raw numbers that say whether a timeline is self-consistent (ms).
 
-    ``span``: first start to last end over every row (what a plot of the step shows);
-    ``device_span``: the same over the device rows; ``device_lag``: from the host row's
-    start to the first device row's; ``previous_device_end``: when the devices finished
-    the step before (a lag with ``first_device_start - previous_device_end`` near 0 means
-    the devices were still busy: the host ran ahead, the clocks agree)."""
+    ``span``: first start to last end over every row; ``device_span``: the same over the
+    device rows; ``device_lag``: from the host row's start to the first device row's;
+    ``previous_device_end``: when the devices finished the step before (a lag with
+    ``first_device_start`` near it means the host ran ahead of busy devices)."""
     rows = []
     previous_end = None
     for step in timeline.steps():
@@ -410,11 +367,8 @@ def step_spans(timeline: Timeline) -> list[dict[str, Any]]:
 def step_times_ms(
     step: Callable[[], Any], devices: Sequence[Device], warmup: int, steps: int
 ) -> list[float]:
-    """Wall time of each of ``steps`` calls of ``step`` in ms, after ``warmup`` untimed ones.
-
-    Every device is idle when a timed call starts and when it is read as ended, so
-    each time is that call's own work on all of them (the host clock, not CUDA events).
-    """
+    """Wall time (host clock) of each of ``steps`` calls of ``step`` in ms, after ``warmup``
+    untimed ones; every device idle at each call's start and end, so it times that call's work."""
     for _ in range(warmup):
         step()
     times = []

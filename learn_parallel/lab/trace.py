@@ -1,15 +1,10 @@
 """Export a Chrome/Perfetto trace of a few steps: the phases as named ranges beside torch's ops.
 
-    with chrome_trace("trace.json"):
-        for _ in range(2):
-            step()
-
-While ``torch.profiler`` runs, every phase the core marks (`learn_parallel.phases`)
-is also a ``record_function`` range named ``learn_parallel.<phase>``, so the
-trace shows scatter, replicate, each replica's forward, gather, and in backward
-the gradient's scatter and the reduce onto the source device, over torch's own
-ops, CUDA runtime calls and (on GPUs) kernels. Open the file at
-https://ui.perfetto.dev (or chrome://tracing).
+``with chrome_trace("trace.json"): step()``. While ``torch.profiler`` runs, every phase the
+core marks (`learn_parallel.phases`) is also a ``record_function`` range named
+``learn_parallel.<phase>``, so the trace shows scatter, replicate, each replica's forward,
+gather, and backward's parts over torch's own ops, CUDA runtime calls and (on GPUs)
+kernels. Open the file at https://ui.perfetto.dev (or chrome://tracing).
 """
 
 from __future__ import annotations
@@ -25,25 +20,20 @@ import torch
 from torch.profiler import ProfilerActivity, _ExperimentalConfig, profile
 
 
-def all_threads() -> _ExperimentalConfig | None:
-    """Profiler settings that follow every thread (None where torch cannot)."""
-    try:
-        return _ExperimentalConfig(profile_all_threads=True)
-    except TypeError:  # an older torch: only the profiling thread (and autograd's) are seen
-        return None
-
-
 def profiler(cuda: bool | None = None) -> profile:
     """A profiler of every thread: CPU activity, plus CUDA's if ``cuda`` (default: a GPU is seen).
 
-    torch.profiler is thread-local: without `all_threads`, the CPU ops and phase ranges
-    of the worker threads that run the replicas' forwards (ours, and torch's
-    DataParallel's) are missing.
+    torch.profiler is thread-local: without ``profile_all_threads`` the CPU ops and phase
+    ranges of the worker threads that run the replicas' forwards are missing.
     """
     if cuda is None:
         cuda = torch.cuda.is_available()
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
-    return profile(activities=activities, experimental_config=all_threads())
+    try:
+        every_thread = _ExperimentalConfig(profile_all_threads=True)
+    except TypeError:  # an older torch: only the profiling thread (and autograd's) are seen
+        every_thread = None
+    return profile(activities=activities, experimental_config=every_thread)
 
 
 @contextmanager

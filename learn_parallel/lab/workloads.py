@@ -1,8 +1,7 @@
 """The benchmark's models and synthetic batches, shared by every implementation.
 
-Each implementation (one device, both DataParallels, DDP in its own
-processes) builds its model from the same `Workload` and the same seed, so
-they all start from identical weights and see data of the same shape.
+Each (one device, both DataParallels, DDP in its own processes) builds its model from the
+same `Workload` and seed, so all start from identical weights and see data of one shape.
 """
 
 from __future__ import annotations
@@ -74,13 +73,10 @@ def build_model(workload: Workload, seed: int = 0) -> nn.Module:
     """The workload's model on the CPU, with weights fixed by ``seed``."""
     workload = workload.resolved()
     torch.manual_seed(seed)
-    if workload.kind == "mlp":
-        blocks: list[nn.Module] = []
-        for i in range(workload.layers):
-            blocks.append(nn.Linear(workload.width, workload.width))
-            if i < workload.layers - 1:
-                blocks.append(nn.ReLU())
-        return nn.Sequential(*blocks)
+    if workload.kind == "mlp":  # Linear layers, a ReLU between each two
+        width = workload.width
+        blocks = [m for _ in range(workload.layers) for m in (nn.ReLU(), nn.Linear(width, width))]
+        return nn.Sequential(*blocks[1:])
     if workload.model == "resnet18":
         import torchvision
 
