@@ -1,14 +1,12 @@
 """The setup every chapter shares: this machine's device plan, the recorded GPU runs, plots.
 
 A chapter's first cell installs the package where it is missing (Colab) and then runs
-``from learn_parallel.lab.chapter import *``. The device plan is decided here, once:
-two or more GPUs run the lessons; with one GPU (Colab) or none they run on simulated
-devices (``sim:0``, ...; four unless ``LEARN_PARALLEL_SIMULATED_DEVICES`` says otherwise,
-never fewer than two), and a lone GPU is ``GPU`` for the one-device baselines. Cells that
-need several real GPUs ask `needs_gpus`, which says why the recorded run is shown instead.
-On simulated devices every CPU timing uses one thread per device (`one_thread_per_device`).
-Choosing simulated devices sets ``LEARN_PARALLEL_SIMULATE=1`` in this process, so
-``lp.DataParallel(model)`` and the processes a chapter starts use the same devices.
+``from learn_parallel.lab.chapter import *``. Two or more GPUs run the lessons; with one GPU
+or none they run on simulated devices (four unless ``LEARN_PARALLEL_SIMULATED_DEVICES`` says
+otherwise, never fewer than two), one CPU thread each, and a lone GPU is ``GPU`` for the
+one-device baselines. Cells that need several real GPUs ask `needs_gpus`, which says why the
+recorded run is shown instead. ``LEARN_PARALLEL_SIMULATE=1`` is set when simulating, so the
+processes a chapter starts use the same devices.
 """
 
 from __future__ import annotations
@@ -129,8 +127,7 @@ def recorded_summary() -> str:
     lines = [f"recorded GPU runs: {RECORDED.hardware}, {RECORDED.date[:10]}"]
     for name in ("chapters.json", "bench.json", "chain_bench.json"):
         record = records.read_json(name, RECORDED_MACHINE)
-        stale = record and provenance.staleness_line(record)
-        if stale:
+        if record and (stale := provenance.staleness_line(record)):
             lines.append(f"{name}: {stale}")
     return "\n".join(lines)
 

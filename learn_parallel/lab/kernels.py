@@ -1,18 +1,16 @@
 """What the GPU computed inside each bar of a timeline, beside how long its stream was busy.
 
-A `Recorder` bar on a GPU runs from the moment the device's stream reaches the phase's
-start event to its end event. For these small, launch-bound steps that includes the GPU
-waiting for Python to launch the next kernel, so a long bar need not mean much work.
-`with_gpu_times` records the same steps a second time under torch.profiler and adds to
-every bar of the first recording ``gpu_ms``: the time the profiler's device-side events
-(kernels, copies, memsets) of that device ran inside the matching bar of the second. The
-first recording keeps bars free of the profiler's own cost. The devices chapter shows both.
+A GPU bar runs from the stream reaching the phase's start event to its end event, waits for
+Python's launches included. `with_gpu_times` records the same steps again under
+torch.profiler and gives each bar of the first recording ``gpu_ms``: how long that device's
+kernels and copies ran inside the matching bar of the second (the first keeps the bars free
+of the profiler's cost). The devices chapter shows both.
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -26,11 +24,8 @@ Interval = tuple[int, float, float]  # (device index, start s, end s) on time.pe
 
 
 def device_intervals(prof, anchor_ns: int, anchor_name: str) -> list[Interval]:
-    """The profiler's device-side events, on ``time.perf_counter``'s scale.
-
-    ``anchor_ns`` is ``perf_counter_ns()`` read as the ``anchor_name`` range began: that
-    range's start in the profiler's own clock ties the two clocks together.
-    """
+    """The profiler's device-side events on ``time.perf_counter``'s scale: ``anchor_ns`` was
+    read as the ``anchor_name`` range began, whose start in the profiler's clock ties the two."""
     events = prof.profiler.kineto_results.events()
     anchor = next(e for e in events if e.name() == anchor_name)
     offset_ns = anchor_ns - anchor.start_ns()
@@ -51,12 +46,11 @@ def gpu_ms(record: PhaseRecord, origin_s: float, intervals: list[Interval]) -> f
 
 def _key(records: list[PhaseRecord]) -> dict[tuple[str, str, int, int], PhaseRecord]:
     """Each bar by (device, phase, step, n-th such bar): the same in two recordings of one run."""
-    seen: defaultdict[tuple[str, str, int], int] = defaultdict(int)
+    seen: Counter[tuple[str, str, int]] = Counter()
     keyed = {}
     for r in sorted(records, key=lambda r: (r.step, r.start_ms)):
-        n = seen[(r.device, r.phase, r.step)]
-        seen[(r.device, r.phase, r.step)] += 1
-        keyed[(r.device, r.phase, r.step, n)] = r
+        seen[r.device, r.phase, r.step] += 1
+        keyed[r.device, r.phase, r.step, seen[r.device, r.phase, r.step]] = r
     return keyed
 
 
@@ -77,13 +71,11 @@ def with_gpu_times(record: Callable[[], Timeline]) -> Timeline:
         with quiet_stderr():
             prof.stop()
     intervals = device_intervals(prof, anchor_ns, name)
-    measured = {
-        key: gpu_ms(r, profiled.origin_s, intervals)
-        for key, r in _key(profiled.records).items()
-        if r.device.startswith("cuda:")
-    }
+    profiled_bars = {k: r for k, r in _key(profiled.records).items() if r.device != "host"}
     records = [
-        replace(r, gpu_ms=measured.get(key)) if key in measured else r
-        for key, r in _key(timeline.records).items()
+        replace(r, gpu_ms=gpu_ms(profiled_bars[k], profiled.origin_s, intervals))
+        if k in profiled_bars
+        else r
+        for k, r in _key(timeline.records).items()
     ]
     return replace(timeline, records=records)

@@ -277,20 +277,18 @@ def wrapper_scaling(devices: Sequence[DeviceLike] | None = None) -> list[dict[st
     torch's DataParallel on 1, 2 and 4 devices; rows as in a recorded ``bench.json``."""
     devs = _devices(devices)
     workload = SIZES["quick"]["mlp"].resolved()
-    wrappers = {"single": one_device, "learn_parallel": DataParallel}
-    wrappers["torch_dp"] = torch.nn.DataParallel
+    runs = [("single", one_device, 1)] + [
+        (name, wrap, n)
+        for n in (1, 2, 4)
+        if n <= len(devs)
+        for name, wrap in (("learn_parallel", DataParallel), ("torch_dp", torch.nn.DataParallel))
+    ]
     rows = []
-    for n in [n for n in (1, 2, 4) if n <= len(devs)]:
-        for name, wrap in wrappers.items():
-            if name == "single" and n > 1:
-                continue
-            step, _, _ = make_step(workload, devs[:n], wrap)
-            times = step_times_ms(step, devs[:n], warmup=2, steps=5)
-            ms = statistics.median(times)
-            rows.append(
-                {"implementation": name, "devices": n, "status": "ok", "step_ms": ms}
-                | {"step_ms_all": times, "samples_per_s": workload.batch / (ms / 1e3)}
-            )
+    for name, wrap, n in runs:
+        times = step_times_ms(make_step(workload, devs[:n], wrap)[0], devs[:n], warmup=2, steps=5)
+        ms = statistics.median(times)
+        rows.append({"implementation": name, "devices": n, "status": "ok", "step_ms": ms})
+        rows[-1] |= {"step_ms_all": times, "samples_per_s": workload.batch / (ms / 1e3)}
     return rows
 
 
@@ -326,13 +324,11 @@ def _time_both_wrappers(
         (sum(loss.to(source) for loss in losses) / y.numel()).backward()
         opt.step()
 
-    dp_rounds, tp_rounds = [], []
+    times: dict[Callable[[], None], list[float]] = {dp_step: [], tp_step: []}
     for k in range(rounds):  # alternate which wrapper goes first, so neither always warms up
-        first, second = (dp_step, tp_step) if k % 2 == 0 else (tp_step, dp_step)
-        a, b = wall_ms(first, devs, repeats=3), wall_ms(second, devs, repeats=3)
-        dp_rounds.append(a if first is dp_step else b)
-        tp_rounds.append(b if first is dp_step else a)
-    return dp_rounds, tp_rounds
+        for step in (dp_step, tp_step)[:: 1 if k % 2 == 0 else -1]:
+            times[step].append(wall_ms(step, devs, repeats=3))
+    return times[dp_step], times[tp_step]
 
 
 def tuple_vs_data_parallel(

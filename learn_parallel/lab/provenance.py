@@ -4,8 +4,7 @@ Every recording the chapters read carries `stamp`: the commit, the date, the mac
 hardware names itself, the torch, CUDA and cuDNN versions, the command, and ``measured``:
 the sha256 of each package file whose behaviour the recording measures (`MEASURED` says
 which, per recording). `changed_since` compares those hashes with the files installed now;
-`stale_recordings` lists every recording whose measured code has changed, and
-``python -m learn_parallel.lab.provenance`` prints that list.
+`stale_recordings` lists every shipped recording whose measured code has changed.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import os
 import platform
 import re
 import subprocess
-import sys
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
@@ -27,36 +25,37 @@ import torch
 
 COMMIT_ENV = "LEARN_PARALLEL_COMMIT"  # set by the recording script where .git did not travel
 
-# What each recording measured, as paths in a clone; the files outside the package (the
-# experiment drivers) are compared only where they exist, as in a clone.
-_CORE = [
-    f"learn_parallel/{name}.py"
-    for name in ("devices", "nested", "phases", "scatter_gather", "replicate")
-    + ("parallel_apply", "data_parallel", "lab/timing", "lab/steps", "lab/kernels", "lab/workloads")
-]
-_FAST = [f"learn_parallel/variants/{n}.py" for n in ("fast", "fast_buckets", "fast_graphs")]
-_FAST += [f"learn_parallel/variants/{n}.py" for n in ("fast_replicas", "replicated")]
-_LADDER = [f"learn_parallel/lab/{n}.py" for n in ("ladder", "ladder_rungs", "ddp_times")]
+
+def _files(*names: str) -> list[str]:
+    """Paths in a clone: ``"replicate"`` is ``learn_parallel/replicate.py``, ``"experiments/x"``
+    a driver outside the package (compared only where it exists, as in a clone)."""
+    return [f"{n}.py" if n.startswith("experiments/") else f"learn_parallel/{n}.py" for n in names]
+
+
+_CORE = _files("devices", "nested", "phases", "scatter_gather", "replicate", "parallel_apply")
+_CORE += _files("data_parallel", "lab/timing", "lab/steps", "lab/kernels", "lab/workloads")
+_TOP = _files("lab/ladder_rungs", "lab/ddp_times", "experiments/ddp_times", "variants/collectives")
+_TOP += _files("variants/fast", "variants/fast_buckets", "variants/fast_graphs")
+_TOP += _files("variants/fast_replicas", "variants/replicated")
+# What each recording measured.
 MEASURED: dict[str, list[str]] = {
-    "chapters.json": [*_CORE, "learn_parallel/lab/measure.py", "experiments/measure.py"]
-    + ["learn_parallel/variants/tuple_parallel.py"],
-    "bench.json": [*_CORE, "learn_parallel/lab/ddp_times.py", "experiments/benchmark.py"],
-    "chain_bench.json": [*_CORE, "learn_parallel/lab/chain_bench.py"]
-    + ["learn_parallel/variants/options.py", "experiments/chain_bench.py"],
-    "ladder.json": [*_CORE, *_LADDER, *_FAST, "learn_parallel/variants/collectives.py"]
-    + ["learn_parallel/variants/clone_replicate.py", "experiments/ladder.py"],
-    "clone.json": [*_CORE, *_LADDER, "learn_parallel/variants/clone_replicate.py"],
-    "distributed.json": [
-        *_CORE,
-        "learn_parallel/lab/ddp_timeline.py",
-        "experiments/ddp_timeline.py",
-    ]
-    + ["learn_parallel/variants/distributed.py", "learn_parallel/variants/collectives.py"],
-    "persistent_workers.json": ["learn_parallel/parallel_apply.py"]
-    + ["learn_parallel/lab/persistent_workers.py", "experiments/persistent_workers.py"],
-    "timeline_check.json": [*_CORE, "experiments/timeline_check.py"],
-    "recorder_cost.json": [*_CORE, "learn_parallel/lab/trace.py", "experiments/recorder_cost.py"],
-    "gather_probe.json": ["learn_parallel/lab/gather_probe.py", "experiments/gather_probe.py"],
+    "chapters.json": _CORE
+    + _files("lab/measure", "variants/tuple_parallel", "experiments/measure"),
+    "bench.json": _CORE + _TOP + _files("experiments/benchmark"),
+    "chain_bench.json": _CORE
+    + _files("lab/chain_bench", "variants/options", "experiments/chain_bench"),
+    "ladder.json": _CORE
+    + _TOP
+    + _files("lab/ladder", "variants/clone_replicate", "experiments/ladder"),
+    "clone.json": _CORE + _files("lab/ladder", "lab/ladder_rungs", "variants/clone_replicate"),
+    "distributed.json": _CORE
+    + _files("lab/ddp_timeline", "variants/distributed", "variants/collectives")
+    + _files("experiments/ddp_timeline"),
+    "persistent_workers.json": _files("parallel_apply", "lab/persistent_workers")
+    + _files("experiments/persistent_workers"),
+    "timeline_check.json": _CORE + _files("experiments/timeline_check"),
+    "recorder_cost.json": _CORE + _files("lab/trace", "experiments/recorder_cost"),
+    "gather_probe.json": _files("lab/gather_probe", "experiments/gather_probe"),
 }
 
 
@@ -65,36 +64,25 @@ def package_dir() -> Path:
 
 
 def file_hashes(names: Iterable[str]) -> dict[str, str]:
-    """``{name: sha256}`` of files named as in a clone (``learn_parallel/devices.py``).
-
-    A file that does not exist here (moved, deleted, or a driver a wheel does not carry)
-    hashes to ``"missing"``.
-    """
-    root = package_dir().parent
-    hashes = {}
-    for name in sorted(set(names)):
-        path = root / name
-        hashes[name] = (
-            hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
-        )
-    return hashes
+    """``{name: sha256}`` of files named as in a clone (``learn_parallel/devices.py``); one
+    that does not exist here (moved, deleted, a driver a wheel lacks) is ``"missing"``."""
+    paths = {name: package_dir().parent / name for name in sorted(set(names))}
+    return {
+        name: hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+        for name, path in paths.items()
+    }
 
 
 def commit() -> str | None:
     """The commit recorded: ``$LEARN_PARALLEL_COMMIT``, else git's HEAD of a checkout, else None."""
     if os.environ.get(COMMIT_ENV):
         return os.environ[COMMIT_ENV]
+    git = ["git", "-C", str(package_dir()), "rev-parse", "HEAD"]
     try:
-        done = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=package_dir(),
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
+        done = subprocess.run(git, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return done.stdout.strip() or None if done.returncode == 0 else None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
 def machine() -> str:
@@ -111,11 +99,8 @@ def machine() -> str:
 
 
 def run_metadata(command: str) -> dict[str, Any]:
-    """When, on what, from which commit and by which command a recording was made.
-
-    Absolute paths in the command (``--out /tmp/x/h200-x4``) keep their last part only: a
-    recording ships to readers, who have no use for the recording machine's folders.
-    """
+    """When, on what, from which commit and by which command a recording was made (absolute
+    paths in the command keep their last part: readers have no use for the machine's folders)."""
     command = re.sub(r"(?<!\S)/\S*/(\S+)", r".../\1", command)
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
@@ -140,11 +125,8 @@ def stamp(report: dict[str, Any], recording: str) -> dict[str, Any]:
 
 
 def changed_since(record: dict[str, Any]) -> list[str]:
-    """The measured files of ``record`` that differ from the files here now.
-
-    A file outside the package that is missing here (a wheel has no ``experiments/``) is
-    unknown, not changed.
-    """
+    """The measured files of ``record`` that differ from the files here now (a missing file
+    outside the package, as in a wheel, which has no ``experiments/``, is unknown, not changed)."""
     measured = record.get("measured") or {}
     now = file_hashes(measured)
     return [
@@ -162,12 +144,8 @@ def recordings() -> list[Path]:
 
 def stale_recordings() -> list[tuple[Path, str]]:
     """``(recording, why)`` for each shipped recording that is stale (`staleness_line`)."""
-    found = []
-    for path in recordings():
-        line = staleness_line(json.loads(path.read_text()))
-        if line:
-            found.append((path, line))
-    return found
+    lines = [(path, staleness_line(json.loads(path.read_text()))) for path in recordings()]
+    return [(path, line) for path, line in lines if line]
 
 
 def staleness_line(record: dict[str, Any]) -> str | None:
@@ -178,12 +156,3 @@ def staleness_line(record: dict[str, Any]) -> str | None:
         return f"recorded from {short}, before recordings named the code they measured"
     changed = changed_since(record)
     return f"recorded from {short}; {', '.join(changed)} changed since" if changed else None
-
-
-if __name__ == "__main__":
-    root = package_dir() / "lab" / "recorded"
-    found = stale_recordings()
-    for path, line in found:
-        print(f"{path.relative_to(root)}: {line}")
-    print(f"{len(found)} of {len(recordings())} recordings are stale.")
-    sys.exit(0)

@@ -3,8 +3,7 @@
 The runs recorded on GPU machines ship inside the package, one folder per machine
 (``learn_parallel/lab/recorded/<machine>``, found through ``importlib.resources`` so a
 wheel finds them too); ``$LEARN_PARALLEL_DATA`` names another folder of machines
-instead (a run just recorded elsewhere). A part may sit straight in a machine's folder
-or in a subfolder named after it (``ladder/ladder.json``): `recorded_file` looks at both.
+instead (a run just recorded elsewhere). `provenance` says what each one measured.
 """
 
 from __future__ import annotations
@@ -29,14 +28,9 @@ def recorded_root() -> Path:
 
 
 def recorded_file(name: str, machine: str = "h200-x2") -> Path | None:
-    """``name`` recorded on ``machine``, directly in its folder or one level down; else None."""
-    folder = recorded_root() / machine
-    if not folder.is_dir():
-        return None
-    for path in [folder / name, *sorted(folder.glob(f"*/{name}"))]:
-        if path.is_file():
-            return path
-    return None
+    """``name`` as recorded on ``machine`` (a file in its folder), or None."""
+    path = recorded_root() / machine / name
+    return path if path.is_file() else None
 
 
 def read_json(name: str, machine: str) -> dict[str, Any] | None:

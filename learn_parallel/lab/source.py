@@ -12,6 +12,7 @@ import html
 import importlib
 import inspect
 import re
+import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,44 +129,22 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def shorten_traceback(entries: list[str], last: int = 2) -> list[str]:
-    """An IPython traceback with each run of library frames cut to its ``last`` frames.
-
-    The frames of the reader's own cells stay (``Cell In[..]``), as do the message and the
-    frames where it was raised; the frames in between (torch's modules, the package's
-    workers) become one line saying how many were left out.
-    """
-    result: list[str] = []
-    run: list[str] = []
-
-    def flush() -> None:
-        cut = run[:-last] if len(run) > last else []
-        kept = [e for e in cut if _ANSI.sub("", e).startswith("Cell In[")]
-        hidden = len(cut) - len(kept)
-        result.extend(kept)
-        if hidden:
-            result.append(f"... {hidden} frame{'s' if hidden > 1 else ''} of library code ...")
-        result.extend(run[len(cut) :])
-        run.clear()
-
-    for entry in entries:
-        if _ANSI.sub("", entry).startswith(("Cell In[", "File ")):
-            run.append(entry)
-        else:
-            flush()
-            result.append(entry)
-    flush()
-    return result
+    """An IPython traceback whose frames are the reader's cells (``Cell In[..]``) and the
+    ``last`` frames before the message; one line counts the library frames left out."""
+    plain = [_ANSI.sub("", e) for e in entries]
+    frames = [i for i, text in enumerate(plain) if text.startswith(("Cell In[", "File "))]
+    cut = {i for i in frames[:-last] if not plain[i].startswith("Cell In[")}
+    if not cut:
+        return entries
+    note = f"... {len(cut)} frame{'s' if len(cut) > 1 else ''} of library code ..."
+    kept = [e for i, e in enumerate(entries) if i not in cut]
+    return kept[: min(cut)] + [note] + kept[min(cut) :]
 
 
 def short_tracebacks() -> None:
-    """Make the running IPython shell show errors as `shorten_traceback` does (a chapter's
-    error demonstrations then end in the message, not in a page of torch's internals)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return
-    shell = get_ipython()
-    printer = getattr(shell, "InteractiveTB", None)
+    """Make a running IPython shell show errors as `shorten_traceback` does."""
+    ipython = sys.modules.get("IPython")  # loaded wherever a shell runs; not loaded for it
+    printer = getattr(ipython and ipython.get_ipython(), "InteractiveTB", None)
     if printer is None or getattr(printer.structured_traceback, "shortened", False):
         return
     original = printer.structured_traceback

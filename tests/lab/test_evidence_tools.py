@@ -146,9 +146,10 @@ def test_a_missing_recording_is_one_message(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("LEARN_PARALLEL_DATA", str(tmp_path))
     assert records.load_json("no_such_file.json", "no-machine") is None
     assert "No recorded no_such_file.json for no-machine" in capsys.readouterr().out
-    (tmp_path / "m" / "part").mkdir(parents=True)
-    (tmp_path / "m" / "part" / "x.json").write_text('{"a": 1}')
-    assert records.load_json("x.json", "m") == {"a": 1}
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "x.json").write_text('{"a": 1, "measured": {}}')
+    assert records.load_json("x.json", "m") == {"a": 1, "measured": {}}
+    assert capsys.readouterr().out == ""  # found, and nothing it measured has changed
 
 
 @pytest.mark.parametrize("synchronize", [True, False])
