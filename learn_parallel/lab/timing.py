@@ -10,9 +10,8 @@ the training loop marks the rest itself::
                 loss.backward()
     timeline = rec.timeline()                  # plain data, JSON-ready
 
-On GPUs a mark is a CUDA event on the device's current stream (read only by
-`Recorder.timeline`), on simulated devices the host clock; the data_parallel and
-performance chapters plot what it records.
+On GPUs a mark is a CUDA event on the device's current stream, on simulated devices the
+host clock; the data_parallel and performance chapters plot what it records.
 """
 
 from __future__ import annotations

@@ -1,19 +1,15 @@
 """torch.nn.parallel.comm's collectives with a Python path for simulated devices.
 
-``torch.nn.DataParallel`` (and ``data_parallel``, ``scatter``, ``gather``,
-``replicate``) move tensors between devices through ``torch.nn.parallel.comm``,
-whose functions call CUDA-only C++ (``torch._C._scatter``, ``_gather``,
-``_broadcast_coalesced`` ...), absent from a CPU build of PyTorch. The functions
-here take their place (`learn_parallel.sim.torch_parallel` installs them): when a
-simulated tensor is involved (or, for a CPU source, when ``sim`` is the machine's
-accelerator) the call runs the Python below, which does what the C++ does on CUDA
-(same splits, same copies, the source device's pieces and tensors handed back
-uncopied, the same checks); every other call falls through to torch's own
-function, unchanged.
+``torch.nn.DataParallel`` (and ``scatter``, ``gather``, ``replicate``) move tensors through
+``torch.nn.parallel.comm``, whose CUDA-only C++ (``torch._C._scatter``, ``_gather``,
+``_broadcast_coalesced`` ...) a CPU build lacks. The functions here take their place
+(`learn_parallel.sim.torch_parallel` installs them): when a simulated tensor is involved (or,
+for a CPU source, when ``sim`` is the accelerator) the Python below does what the C++ does
+on CUDA (same splits and copies, the source device's tensors handed back uncopied, the same
+checks); every other call falls through to torch's own function.
 
-What this does not model: NCCL (a reduction adds the copies in device order,
-torch's fallback when NCCL is not available), copy streams (every copy has
-finished when it returns) and bandwidth.
+Not modelled: NCCL (a reduction adds the copies in device order, torch's fallback without
+NCCL), copy streams (every copy has finished when it returns) and bandwidth.
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """Gradients on the wrong device fail on simulated devices as they fail on GPUs.
 
-PyTorch's autograd engine checks that every gradient sits on the device of the
-tensor it belongs to, and raises "invalid gradient at index 0 - expected device
-cuda:0 but got cpu", but it skips that check for tensor subclasses, which is
-what a simulated tensor is. So the two places where a program hands autograd a
-gradient of its own make the check here:
+PyTorch's autograd engine checks that every gradient sits on its tensor's device ("invalid
+gradient at index 0 - expected device cuda:0 but got cpu") but skips tensor subclasses,
+which simulated tensors are. So the check is made here where a program hands autograd a
+gradient of its own: ``backward(gradient)`` and ``torch.autograd.grad(..., grad_outputs)``
+(`check_given`), and a custom ``autograd.Function``'s ``backward`` (`install`). As on CUDA, a
+0-dim gradient is moved to the right device instead of refused.
 
-- ``backward(gradient)`` and ``torch.autograd.grad(..., grad_outputs)``: the
-  gradients given for the outputs (`check_given`);
-- the ``backward`` of a custom ``torch.autograd.Function`` (Broadcast's and
-  Gather's in this course): the gradients it returns for its inputs (`install`).
-
-As on CUDA, a 0-dim gradient is moved to the right device instead of refused.
-
-The engine itself is patched too (`patch_backward`): a backward pass runs on the
-calling thread, and an exception raised by a tensor hook on a simulated tensor
-stops the backward call with that exception, as on GPUs.
+The engine itself is patched too (`patch_backward`): a backward pass runs on the calling
+thread, and an exception raised by a tensor hook on a simulated tensor stops the backward
+call with that exception, as on GPUs.
 """
 
 from __future__ import annotations
