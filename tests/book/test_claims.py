@@ -53,6 +53,7 @@ NOT_MEASURED: list[tuple[str, str, str]] = [
     ("scatter", "4 MiB", "the size of the tensor the cell scatters (4096 x 256 floats)"),
     ("tuple_parallel", "8 MiB", "the size of the batch the cell builds"),
     ("tuple_parallel", "4 MiB", "the size of the scatter chapter's slice (1024 x 1024 floats)"),
+    ("teaching", "60 s", "the grader's default --timeout per cell, a setting"),
     ("parallel_apply", "5 ms", "Python's default switch interval, a setting"),
     ("pitfalls", "<map object at 0x...>", "an address in the text torch's gather returns"),
 ]

@@ -177,10 +177,10 @@ def test_links_between_chapters_work_where_a_chapter_is_opened_alone(path):
 
 
 def test_the_site_keeps_links_to_its_chapters_inside_itself(site):
+    # <a> links only: each page's canonical <link> names its hosted address, as it should.
+    link = re.compile(rf'<a [^>]*href="({re.escape(SITE)}book/[^"]+)"')
     leaking = {
-        page.name: sorted(
-            set(re.findall(rf'href="({re.escape(SITE)}book/[^"]+)"', page.read_text()))
-        )
+        page.name: sorted(set(link.findall(page.read_text())))
         for page in sorted((site / "book").glob("*.html"))
     }
     assert not {k: v for k, v in leaking.items() if v}, leaking
@@ -472,13 +472,18 @@ def test_the_wheel_runs_the_teachers_guide_and_the_track_command(offline_venv, t
 # -- launch links and the repository URL -----------------------------------------------------
 
 
-def test_the_repository_url_is_written_the_same_way_everywhere():
+def test_the_repository_and_site_urls_are_written_the_same_way_everywhere():
+    """One repository URL (``_config.yml``'s, which the deploy workflow publishes from) and one
+    site URL: GitHub Pages serves the repository ``org/name`` at ``org.github.io/name/``."""
+    org, name = REPOSITORY.removeprefix("https://github.com/").split("/")
+    assert f"https://{org}.github.io/{name}/" == SITE
     readme = (ROOT / "README.md").read_text()
     assert readme.count(REPOSITORY) == 1, "the README names the repository once"
-    assert "github.io" not in readme, "no claim of a published site that nothing shows exists"
+    for path in [ROOT / "README.md", *NOTEBOOKS]:
+        for url in re.findall(r"https://[\w.-]+\.github\.io/[^\s)\"'>]*", path.read_text()):
+            assert url.startswith(SITE), f"{path.name} names the site as {url}, not {SITE}"
     for path in NOTEBOOKS:
         text = path.read_text()
-        assert "github.io" not in text, path.name
         for url in re.findall(r"https://github\.com/[\w.-]+/[\w.-]+", text):
             if "learn-parallel" in url:  # links to PyTorch's sources are fine
                 assert url == REPOSITORY, f"{path.name} names {url}, _config.yml {REPOSITORY}"
