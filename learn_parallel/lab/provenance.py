@@ -101,7 +101,7 @@ def machine() -> str:
 def run_metadata(command: str) -> dict[str, Any]:
     """When, on what, from which commit and by which command a recording was made (absolute
     paths in the command keep their last part: readers have no use for the machine's folders)."""
-    command = re.sub(r"(?<!\S)/\S*/(\S+)", r".../\1", command)
+    command = public(command)
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
         "commit": commit(),
@@ -115,12 +115,18 @@ def run_metadata(command: str) -> dict[str, Any]:
     }
 
 
+def public(command: str) -> str:
+    """``command`` with each absolute path cut to its last part (``.../h200-x4``)."""
+    return re.sub(r"(?<!\S)/\S*/(\S+)", r".../\1", command)
+
+
 def stamp(report: dict[str, Any], recording: str) -> dict[str, Any]:
     """``report`` with its run metadata and the hashes of what it measured (`MEASURED`)."""
     command = report.get("command") or report.get("meta", {}).get("command") or ""
     metadata = run_metadata(command)
     return {**report, **{k: v for k, v in metadata.items() if k not in report}} | {
-        "measured": file_hashes(MEASURED[recording])
+        "command": metadata["command"],
+        "measured": file_hashes(MEASURED[recording]),
     }
 
 
