@@ -212,7 +212,12 @@ def test_quick_bench_on_gpus(tmp_path):
     report, _ = _bench(tmp_path, "--devices", "1,2", "--cudnn-benchmark", "off", gpus=True)
     assert " x " in report["meta"]["hardware"]["label"]
     rows = [r for r in report["results"] if r["devices"] == 2]
-    assert {r["implementation"] for r in rows} == {"learn_parallel", "torch_dp", "ddp"}
+    assert {r["implementation"] for r in rows} == {
+        "learn_parallel",
+        "torch_dp",
+        "replicated",
+        "ddp",
+    }
     assert all(r["status"] == "ok" and r["step_ms"] > 0 for r in rows), rows
     timeline = Timeline.from_dict(report["timelines"][-1]["timeline"])
     assert "host" in timeline.devices() and set(timeline.clocks.values()) == {"host", "cuda-event"}
