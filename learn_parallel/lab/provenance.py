@@ -101,7 +101,7 @@ def machine() -> str:
 def run_metadata(command: str) -> dict[str, Any]:
     """When, on what, from which commit and by which command a recording was made (absolute
     paths in the command keep their last part: readers have no use for the machine's folders)."""
-    command = public(command)
+    command = re.sub(r"(?<!\S)/\S*/(\S+)", r".../\1", command)  # /tmp/x/h200-x4: .../h200-x4
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
         "commit": commit(),
@@ -115,11 +115,6 @@ def run_metadata(command: str) -> dict[str, Any]:
     }
 
 
-def public(command: str) -> str:
-    """``command`` with each absolute path cut to its last part (``.../h200-x4``)."""
-    return re.sub(r"(?<!\S)/\S*/(\S+)", r".../\1", command)
-
-
 def stamp(report: dict[str, Any], recording: str) -> dict[str, Any]:
     """``report`` with its run metadata and the hashes of what it measured (`MEASURED`)."""
     command = report.get("command") or report.get("meta", {}).get("command") or ""
@@ -131,8 +126,7 @@ def stamp(report: dict[str, Any], recording: str) -> dict[str, Any]:
 
 
 def changed_since(record: dict[str, Any]) -> list[str]:
-    """The measured files of ``record`` that differ from the files here now (a missing file
-    outside the package, as in a wheel, which has no ``experiments/``, is unknown, not changed)."""
+    """Measured files of ``record`` changed here since (a driver a wheel lacks is unknown)."""
     measured = record.get("measured") or {}
     now = file_hashes(measured)
     return [

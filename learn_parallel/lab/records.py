@@ -48,8 +48,8 @@ def load_json(name: str, machine: str = "h200-x2") -> dict[str, Any] | None:
     data = read_json(name, machine)
     if data is None:
         print(
-            f"No recorded {name} for {machine} in {recorded_root()}: the recorded plots are "
-            "skipped, the live ones still run (book/data/record_gpu_runs.sh records it)."
+            f"No recorded {name} for {machine}: the recorded plots are skipped, the live ones "
+            "still run (book/data/record_gpu_runs.sh records it)."
         )
     elif stale := provenance.staleness_line(data):
         print(f"{name} ({machine}): {stale}")

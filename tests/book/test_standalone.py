@@ -330,8 +330,9 @@ def offline_venv(tmp_path_factory) -> Path:
     )
     (wheel,) = wheels.glob("learn_parallel-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    for machine in ("h200-x4", "h200-x2"):
-        assert f"learn_parallel/lab/recorded/{machine}/bench.json" in names
+    recorded = "learn_parallel/lab/recorded"
+    assert f"{recorded}/h200-x4/bench.json" in names and f"{recorded}/h200-x2/ladder.json" in names
+    assert not [n for n in names if n.startswith(recorded) and not n.endswith(".json")]
     for name in shipped:
         assert f"learn_parallel/classroom/shipped/{name}" in names
 

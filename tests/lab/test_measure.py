@@ -139,7 +139,7 @@ def test_the_recordings_are_package_data():
     from importlib import resources
 
     folder = resources.files("learn_parallel.lab") / "recorded"
-    assert measure.load_recorded("h200-x2").source == str(folder / "h200-x2")
+    assert measure.load_recorded("h200-x4").source == str(folder / "h200-x4")
 
 
 def test_the_plot_names_the_hardware_of_each_panel():
