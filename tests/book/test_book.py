@@ -135,7 +135,9 @@ def test_every_notebook_is_a_chapter_in_the_table_of_contents():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("nbval") is None, reason="nbval is not installed")
-def test_notebooks_match_stored_outputs():
+@pytest.mark.parametrize("chapter", sorted(BOOK.glob("*.ipynb")), ids=lambda p: p.stem)
+def test_notebooks_match_stored_outputs(chapter):
+    """One nbval run per chapter, so that parallel test workers share the chapters out."""
     command = [
         sys.executable,
         "-m",
@@ -147,10 +149,10 @@ def test_notebooks_match_stored_outputs():
         "-p",
         "no:cacheprovider",
         "-q",
-        str(BOOK),
+        str(chapter),
     ]
     result = subprocess.run(
         command, cwd=ROOT, capture_output=True, text=True, timeout=900, env=_simulated_env()
     )
     log = result.stdout[-8000:] + result.stderr[-2000:]
-    assert result.returncode == 0, f"nbval failed:\n{log}"
+    assert result.returncode == 0, f"nbval failed on {chapter.name}:\n{log}"

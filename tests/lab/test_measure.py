@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import threading
@@ -19,6 +20,9 @@ from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.replicate import replicate
 
 DEVICES = [Device("sim", i) for i in range(3)]
+# Every measurement at its default sizes, but five rounds of a 4096-row step per device count
+# is a GPU's workload: on simulated devices the test times a smaller batch.
+SMALL = {"tuple_vs_data_parallel": {"rows": 256}}
 
 
 def _well_formed(m: measure.Measurement) -> None:
@@ -29,7 +33,7 @@ def _well_formed(m: measure.Measurement) -> None:
 
 @pytest.mark.parametrize("key", list(driver.MEASUREMENTS))
 def test_every_measurement_runs_on_simulated_devices(key):
-    m = driver.MEASUREMENTS[key](DEVICES)
+    m = driver.MEASUREMENTS[key](DEVICES, **SMALL.get(key, {}))
     _well_formed(m)
     assert m.key == key
     clocks = {"peak_memory": "bytes of live tensors"}
@@ -86,6 +90,8 @@ def test_fresh_threads_compute_what_parallel_apply_computes():
 
 
 def test_the_cli_writes_what_load_recorded_reads(tmp_path, monkeypatch):
+    small = {k: functools.partial(driver.MEASUREMENTS[k], **kw) for k, kw in SMALL.items()}
+    monkeypatch.setattr(driver, "MEASUREMENTS", {**driver.MEASUREMENTS, **small})
     assert driver.main(["--out", str(tmp_path / "sim-x2"), "--devices", "2"]) == 0
     report = json.loads((tmp_path / "sim-x2" / "chapters.json").read_text())
     # The recording keeps the command, without the folders of the machine that made it.
