@@ -190,7 +190,7 @@ def ladder_table(report: dict[str, Any]) -> str:
             below = rows.get(r.get("below") or "")
             if below is not None and below["status"] == "ok":
                 line += f", {verdict(r, below)} vs {below['rung']}"
-            if ddp is not None and name != "ddp":
+            if ddp is not None and "ddp" not in (name, r.get("below")):
                 line += f", {verdict(r, ddp)} vs ddp"
             lines.append(line)
         for name, ms in report.get("replicate_host_ms", {}).get(kind, {}).items():

@@ -98,10 +98,8 @@ def plan_devices() -> DevicePlan:
 
 
 def needs_gpus(count: int, what: str) -> bool:
-    """True when ``count`` real GPUs are in the plan; otherwise say why the recording is shown.
-
-    For the cells that measure what only real GPUs have (NCCL, CUDA events per GPU).
-    """
+    """True when ``count`` real GPUs are in the plan (NCCL, CUDA events per GPU); else say
+    why the recorded run is shown instead."""
     if PLAN.kind == "cuda" and len(PLAN.devices) >= count:
         return True
     have = f"{PLAN.gpus} GPU" + ("" if PLAN.gpus == 1 else "s")

@@ -1,10 +1,9 @@
 """What the GPU computed inside each bar of a timeline, beside how long its stream was busy.
 
 A GPU bar runs from the stream reaching the phase's start event to its end event, waits for
-Python's launches included. `with_gpu_times` records the same steps again under
-torch.profiler and gives each bar of the first recording ``gpu_ms``: how long that device's
-kernels and copies ran inside the matching bar of the second (the first keeps the bars free
-of the profiler's cost). The devices chapter shows both.
+Python's launches included. `with_gpu_times` records the same steps again under torch.profiler
+and gives each bar of the first recording ``gpu_ms``: how long that device ran kernels or
+copies inside the matching bar of the second, which alone pays the profiler's cost.
 """
 
 from __future__ import annotations
@@ -21,6 +20,8 @@ from learn_parallel.lab.timing import PhaseRecord, Timeline
 from learn_parallel.lab.trace import profiler, quiet_stderr
 
 Interval = tuple[int, float, float]  # (device index, start s, end s) on time.perf_counter
+# Work, not the profiler's own phase ranges on the GPU's timeline or its sync records.
+GPU_WORK = {"kernel", "gpu_memcpy", "gpu_memset"}
 
 
 def device_intervals(prof, anchor_ns: int, anchor_name: str) -> list[Interval]:
@@ -32,15 +33,18 @@ def device_intervals(prof, anchor_ns: int, anchor_name: str) -> list[Interval]:
     return [
         (e.device_index(), (e.start_ns() + offset_ns) / 1e9, (e.end_ns() + offset_ns) / 1e9)
         for e in events
-        if e.device_type() == DeviceType.CUDA
+        if e.device_type() == DeviceType.CUDA and e.activity_type() in GPU_WORK
     ]
 
 
 def gpu_ms(record: PhaseRecord, origin_s: float, intervals: list[Interval]) -> float:
-    """Milliseconds of device-side work on ``record``'s GPU inside its bar."""
+    """Milliseconds inside ``record``'s bar during which its GPU ran work (overlaps once)."""
     index = int(record.device.partition(":")[2])
     start, end = origin_s + record.start_ms / 1e3, origin_s + record.end_ms / 1e3
-    busy = sum(max(0.0, min(end, e) - max(start, s)) for d, s, e in intervals if d == index)
+    busy, reached = 0.0, start
+    for s, e in sorted((max(s, start), min(e, end)) for d, s, e in intervals if d == index):
+        busy += max(0.0, e - max(s, reached))
+        reached = max(reached, e)
     return busy * 1e3
 
 

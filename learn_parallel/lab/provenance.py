@@ -60,7 +60,7 @@ MEASURED: dict[str, list[str]] = {
 
 
 def package_dir() -> Path:
-    return Path(str(resources.files("learn_parallel")))
+    return Path(str(resources.files("learn_parallel")))  # a wheel's, or a clone's
 
 
 def file_hashes(names: Iterable[str]) -> dict[str, str]:
@@ -149,8 +149,7 @@ def stale_recordings() -> list[tuple[Path, str]]:
 
 
 def staleness_line(record: dict[str, Any]) -> str | None:
-    """One line for a chapter when ``record`` measured code that has changed (or does not say
-    what it measured), else None."""
+    """A chapter's line when ``record``'s measured code changed (or it names none), else None."""
     short = (record.get("commit") or "")[:7] or "an unknown commit"
     if "measured" not in record:
         return f"recorded from {short}, before recordings named the code they measured"

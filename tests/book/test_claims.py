@@ -66,18 +66,18 @@ def _slower_than_below(report: dict, kind: str, rung: str, below: str) -> bool:
 
 
 def _overlap_rungs_lose_in_backward() -> bool:
-    """Where overlap_reduce is slower than kept_replicas, its backward bar grew by more than
-    five times what the GPU work inside backward grew; where all_reduce_in_backward is slower
-    than own_optimizers, its backward bar grew by more than the all-reduce bar it took in."""
+    """Where overlap_reduce is slower than kept_replicas, its backward bar grew; where
+    all_reduce_in_backward is slower than own_optimizers, its backward bar grew by more than
+    the all-reduce bar it took in."""
     checked = 0
     for report in _ladders().values():
         for kind in report["workloads"]:
             if _slower_than_below(report, kind, "overlap_reduce", "kept_replicas"):
-                (bar0, gpu0), (bar1, gpu1) = (
+                (bar0, _), (bar1, _) = (
                     _phase(report, kind, r, "backward") for r in ("kept_replicas", "overlap_reduce")
                 )
                 checked += 1
-                if not bar1 - bar0 > 5 * abs(gpu1 - gpu0):
+                if not bar1 > bar0:
                     return False
             if _slower_than_below(report, kind, "all_reduce_in_backward", "own_optimizers"):
                 bar0, _ = _phase(report, kind, "own_optimizers", "backward")
@@ -119,7 +119,7 @@ CLAIMS: list[Claim] = [
     # -- performance, ladder, libtorch_replicate, teaching
     Claim(
         "ladder",
-        "backward's bar grows while the GPU work inside it\nbarely moves",
+        "the lines above show where the time went: backward's bar grows",
         lambda: _overlap_rungs_lose_in_backward(),
         "ladder.json of every recorded machine: verdicts and the rungs' timelines",
     ),

@@ -12,13 +12,14 @@ from learn_parallel.lab import kernels
 from learn_parallel.lab.timing import Hardware, PhaseRecord, Timeline
 
 
-def event(name, device_type, index, start_ns, end_ns):
+def event(name, device_type, index, start_ns, end_ns, activity="kernel"):
     return SimpleNamespace(
         name=lambda: name,
         device_type=lambda: device_type,
         device_index=lambda: index,
         start_ns=lambda: start_ns,
         end_ns=lambda: end_ns,
+        activity_type=lambda: activity,
     )
 
 
@@ -26,10 +27,14 @@ def test_device_events_are_moved_onto_the_perf_counter_scale_by_the_anchor():
     anchor = event("anchor", DeviceType.CPU, -1, 5_000, 6_000)
     kernel = event("gemm", DeviceType.CUDA, 1, 7_000, 9_000)
     host_op = event("aten::mm", DeviceType.CPU, -1, 7_000, 8_000)
+    # The profiler draws its own phase ranges on the GPU's timeline too: they are not work.
+    annotation = event(
+        "learn_parallel.forward", DeviceType.CUDA, 1, 6_000, 9_500, "gpu_user_annotation"
+    )
+    sync = event("cudaStreamSynchronize", DeviceType.CUDA, 1, 9_500, 9_600, "cuda_sync")
+    events = [anchor, kernel, host_op, annotation, sync]
     prof = SimpleNamespace(
-        profiler=SimpleNamespace(
-            kineto_results=SimpleNamespace(events=lambda: [anchor, kernel, host_op])
-        )
+        profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: events))
     )
     # perf_counter read 1_005_000_000 ns when the anchor began at 5_000 ns of the profiler
     ((index, start, end),) = kernels.device_intervals(prof, 1_005_000_000, "anchor")
@@ -46,6 +51,9 @@ def test_gpu_ms_counts_only_that_device_and_only_inside_the_bar():
         (1, 100.030, 100.040),  # after the bar
     ]
     assert kernels.gpu_ms(bar, origin, intervals) == pytest.approx(3.0)
+    # Work on two streams at once counts once: the GPU was busy, not busy twice.
+    overlapping = [(1, 100.011, 100.013), (1, 100.012, 100.014), (1, 100.012, 100.0125)]
+    assert kernels.gpu_ms(bar, origin, overlapping) == pytest.approx(3.0)
 
 
 def test_the_second_recording_lends_its_gpu_times_to_the_matching_bars(monkeypatch):
