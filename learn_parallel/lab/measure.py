@@ -176,7 +176,7 @@ def replicate_copy(devices: Sequence[DeviceLike] | None = None, width: int = 102
         {"copy": times},
         describe_hardware(devs).label(clock=True),
         note="Replica 0 keeps the original tensors; on GPUs broadcast_coalesced still "
-        "flattens them into one buffer on the source first, a real copy.",
+        "flattens them into buffers of about 10 MB on the source first, a real copy.",
     )
 
 
