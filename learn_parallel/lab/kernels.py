@@ -1,9 +1,8 @@
 """What the GPU computed inside each bar of a timeline, beside how long its stream was busy.
 
-A GPU bar runs from the stream reaching the phase's start event to its end event, waits for
-Python's launches included. `with_gpu_times` records the same steps again under torch.profiler
-and gives each bar of the first recording ``gpu_ms``: how long that device ran kernels or
-copies inside the matching bar of the second, which alone pays the profiler's cost.
+`with_gpu_times` records the same steps again under torch.profiler and gives each GPU bar
+of the first recording ``gpu_ms``: how long that device ran kernels or copies inside the
+matching bar of the second, which alone pays the profiler's cost.
 """
 
 from __future__ import annotations
@@ -22,6 +21,14 @@ from learn_parallel.lab.trace import profiler, quiet_stderr
 Interval = tuple[int, float, float]  # (device index, start s, end s) on time.perf_counter
 # Work, not the profiler's own phase ranges on the GPU's timeline or its sync records.
 GPU_WORK = {"kernel", "gpu_memcpy", "gpu_memset"}
+SYNCS = ("Event Sync", "Stream Sync", "Context Sync", "Stream Wait Event")  # CUPTI's names
+
+
+def is_work(e) -> bool:
+    """A kernel, copy or memset; torch < 2.13 has no activity_type: rule out the rest by name."""
+    if hasattr(e, "activity_type"):
+        return e.activity_type() in GPU_WORK
+    return not e.is_user_annotation() and e.name() not in SYNCS
 
 
 def device_intervals(prof, anchor_ns: int, anchor_name: str) -> list[Interval]:
@@ -33,7 +40,7 @@ def device_intervals(prof, anchor_ns: int, anchor_name: str) -> list[Interval]:
     return [
         (e.device_index(), (e.start_ns() + offset_ns) / 1e9, (e.end_ns() + offset_ns) / 1e9)
         for e in events
-        if e.device_type() == DeviceType.CUDA and e.activity_type() in GPU_WORK
+        if e.device_type() == DeviceType.CUDA and is_work(e)
     ]
 
 

@@ -51,11 +51,10 @@ class Measurement:
 def median_ms(fn: Callable[[], Any], device: Device, repeats: int = 15) -> float:
     """Median time of ``fn()`` in milliseconds, measured on ``device``.
 
-    On a GPU the clock is a pair of CUDA events on that GPU's current stream: from
-    the moment the stream reaches the first to the moment it reaches the second, so
-    it includes the GPU waiting for Python to launch the next kernel (a call that
-    queues no GPU work still takes a few microseconds). On a simulated device it is
-    the host clock. One untimed warm-up call first.
+    On a GPU the clock is a pair of CUDA events on that GPU's current stream: from the moment
+    the stream reaches the first to the moment it reaches the second, so it includes the GPU
+    waiting for Python to launch the next kernel (a call that queues no GPU work still takes
+    microseconds). On a simulated device it is the host clock. One untimed warm-up call first.
     """
     fn()
     samples = []
@@ -90,9 +89,6 @@ def _devices(devices: Sequence[DeviceLike] | None) -> list[Device]:
 def _mlp(width: int, layers: int, source: torch.device) -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)]).to(source)
-
-
-# -- one function per chapter --------------------------------------------------
 
 
 def matmul(devices: Sequence[DeviceLike] | None = None, n: int = 384) -> Measurement:
@@ -497,9 +493,6 @@ def chain_measurement(results: Sequence[dict], label: str, feature_map_mb: float
         label,
         numeric_x=True,
     )
-
-
-# -- reading a recording back ----------------------------------------------------------
 
 
 @dataclass

@@ -89,3 +89,19 @@ def test_simulated_devices_are_recorded_once_with_no_gpu_time():
 
     result = kernels.with_gpu_times(record)
     assert len(calls) == 1 and result.records[0].gpu_ms is None
+
+
+def test_before_torch_2_13_work_is_told_from_annotations_and_syncs_by_name():
+    # torch 2.11's events have no activity_type: is_user_annotation and CUPTI's sync names.
+    def old_event(name, annotation=False):
+        e = event(name, DeviceType.CUDA, 0, 0, 1)
+        del e.activity_type
+        e.is_user_annotation = lambda: annotation
+        return e
+
+    assert kernels.is_work(old_event("sm80_xmma_gemm"))
+    assert kernels.is_work(old_event("Memcpy PtoP (Device -> Device)"))
+    assert not kernels.is_work(old_event("learn_parallel.forward cuda:0", annotation=True))
+    assert not kernels.is_work(old_event("Stream Sync"))
+    assert kernels.is_work(event("gemm", DeviceType.CUDA, 0, 0, 1))
+    assert not kernels.is_work(event("x", DeviceType.CUDA, 0, 0, 1, "gpu_user_annotation"))
