@@ -28,7 +28,7 @@ export PYTHONUNBUFFERED=1 LEARN_PARALLEL_COMMIT=${COMMIT:-$(git rev-parse HEAD 2
 machine=$(python -c "import torch; n = torch.cuda.get_device_name(0).split()[-1].lower(); print(f'{n}-x{torch.cuda.device_count()}')")
 mkdir -p "$out/$machine" "$out/logs/$machine"
 rec=$(cd "$out/$machine" && pwd) logs=$(cd "$out/logs/$machine" && pwd)
-nvidia-smi > "$logs/nvidia-smi.txt" 2>&1
+{ nvidia-smi; nvidia-smi topo -m; } > "$logs/nvidia-smi.txt" 2>&1  # topo: how the GPUs are linked
 python -c "import torch; print(torch.__version__, torch.version.cuda)" > "$logs/versions.txt"
 has() { [[ $parts == *" $1 "* ]]; }
 run() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" 2>&1 | grep -v '^USDT' | tee "$logs/$name.log" | tail -${TAIL:-25}; }

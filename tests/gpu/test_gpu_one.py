@@ -4,28 +4,14 @@ where it matters, so it checks the one-GPU behaviour on any GPU machine."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
+from _one_gpu import run_with_one_gpu
 from torch import nn
 
 import learn_parallel as lp
 
 pytestmark = [pytest.mark.gpu, pytest.mark.one_gpu]
-
-
-def run_with_one_gpu(code: str) -> str:
-    """``code`` in a fresh interpreter that sees one GPU and no learn_parallel settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEARN_PARALLEL_")}
-    env["CUDA_VISIBLE_DEVICES"] = "0"
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    return done.stdout
 
 
 def test_chapter_plan_simulates_the_devices_and_keeps_the_gpu_for_baselines():

@@ -5,26 +5,13 @@ after that, backward on CUDA tensors fails in the process."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
+from _one_gpu import run_with_one_gpu
 from torch import nn
 from torch.nn.parallel import comm
 
 pytestmark = pytest.mark.gpu
-
-
-def run_with_one_gpu(code: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEARN_PARALLEL_")}
-    env["CUDA_VISIBLE_DEVICES"] = "0"
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    return done.stdout
 
 
 @pytest.mark.one_gpu
