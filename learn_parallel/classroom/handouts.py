@@ -27,7 +27,7 @@ Each chapter notebook ends with exercises: replace the stub cell with your answe
 the check cell below it; it says what is wrong, or `check passed`. The grader runs the same
 checks outside your notebook's kernel, on the values your functions return.
 
-    python -m pip install --index-url https://download.pytorch.org/whl/cpu torch
+    python -m pip install --index-url https://download.pytorch.org/whl/cpu "torch==2.13.*"
     python -m pip install ./_package jupyterlab
     jupyter lab
 
