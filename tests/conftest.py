@@ -4,6 +4,8 @@
 ``pytest -m gpu`` on a one-GPU machine (Colab's) runs them and skips the rest.
 """
 
+import gc
+
 import pytest
 import torch
 
@@ -37,6 +39,9 @@ def pytest_collection_finish(session):
     run before every other test). Without a GPU, importing learn_parallel registers
     ``sim`` itself, and there is no CUDA backward to protect.
     """
+    # What is imported and collected by now lives for the whole run: keep it out of every
+    # later gc.collect() (the lab collects after each measured run), which would walk it.
+    gc.freeze()
     if torch.cuda.is_available() and _sim_registered():
         raise pytest.UsageError(
             "A test module registered the simulated device type while pytest collected the "

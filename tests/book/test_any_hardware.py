@@ -1,5 +1,6 @@
-"""Every chapter runs, unchanged, with 2 simulated devices. No cell may raise except those
-tagged ``raises-exception``, which show an error on purpose.
+"""Every chapter runs, unchanged, on fewer simulated devices than nbval's four: two, or one
+for a chapter without the shared setup. No cell may raise except those tagged
+``raises-exception``, which show an error on purpose.
 
 Which runs prove what, so that no chapter is executed more often than it needs:
 
@@ -11,7 +12,8 @@ Which runs prove what, so that no chapter is executed more often than it needs:
 * 1 is raised to 2 by the shared setup cell (``lab.chapter``), so for a chapter that opens
   with that cell a run with 1 is the run with 2: the setup's message is checked once in
   ``test_chapter_plan.py``, and each such chapter's first code cell is checked here. A chapter
-  without the shared setup (the teacher's guide) runs with 1 as well.
+  without the shared setup (the teacher's guide, whose devices only label a plot) runs with 1
+  instead of 2: nothing raises its count, and one is fewer than two.
 * The glossary has no code.
 
 The one-GPU case is tests/gpu/test_gpu_one.py plus `book/data/record_gpu_runs.sh`
@@ -38,8 +40,7 @@ def _first_code(path) -> str | None:
 
 CHAPTERS = [p for p in sorted(BOOK.glob("*.ipynb")) if _first_code(p) is not None]
 WITH_SETUP = [p for p in CHAPTERS if SHARED_SETUP in _first_code(p)]
-RUNS = [(p, 2) for p in CHAPTERS]
-RUNS += [(p, 1) for p in CHAPTERS if p not in WITH_SETUP]
+RUNS = [(p, 2 if p in WITH_SETUP else 1) for p in CHAPTERS]
 
 
 def execute(path, count: int) -> list[str]:
