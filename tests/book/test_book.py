@@ -134,7 +134,6 @@ def test_every_notebook_is_a_chapter_in_the_table_of_contents():
     assert sorted(listed) == stored
 
 
-@pytest.mark.skipif(importlib.util.find_spec("nbval") is None, reason="nbval is not installed")
 def _with_code(path) -> bool:
     return any(c["cell_type"] == "code" for c in json.loads(path.read_text())["cells"])
 
@@ -151,6 +150,7 @@ def _batches(count: int) -> list[list[Path]]:
     return [sorted(b) for b in batches]
 
 
+@pytest.mark.skipif(importlib.util.find_spec("nbval") is None, reason="nbval is not installed")
 @pytest.mark.parametrize("chapters", _batches(4), ids=lambda b: "+".join(p.stem for p in b))
 def test_notebooks_match_stored_outputs(chapters):
     command = [
