@@ -15,10 +15,35 @@ def _sim_registered() -> bool:
     return torch._C._get_privateuse1_backend_name() == "sim"
 
 
+# Modules that execute chapters, start kernels or processes, or build the book: they run
+# before the short tests, so that `--dist worksteal` (pyproject.toml) ends with short tests
+# on both workers instead of one worker running a chapter alone at the end. The ones with a
+# module-scoped fixture (a bench run, a wheel, the site, a set of ranks) come first: a
+# worker runs its queue from the front and gives work away from the back, so each of those
+# fixtures is made once.
+LONG_FIRST = (
+    "tests/experiments/test_bench_cli.py",
+    "tests/book/test_standalone.py",
+    "tests/variants/test_distributed.py",
+    "tests/book/test_browser.py",
+    "tests/book/test_book.py",
+    "tests/classroom/test_grading_tamper.py",
+    "tests/book/test_any_hardware.py",
+    "tests/classroom/test_classroom.py",
+    "tests/lab/test_ladder.py",
+)
+
+
+def _long_first(item: pytest.Item) -> int:
+    path = item.nodeid.partition("::")[0]
+    return LONG_FIRST.index(path) if path in LONG_FIRST else len(LONG_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
     # GPU tests first: once any test has made a simulated device, CUDA's autograd fails
     # for the rest of the process, so a plain `pytest` on a GPU machine runs them first.
-    items.sort(key=lambda item: "gpu" not in item.keywords)  # stable: same order otherwise
+    # Sorting is stable: the same order otherwise.
+    items.sort(key=lambda item: ("gpu" not in item.keywords, _long_first(item)))
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     for item in items:
         if "gpu" not in item.keywords:

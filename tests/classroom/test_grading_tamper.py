@@ -177,7 +177,8 @@ def test_every_cheat_scores_zero_and_an_honest_answer_still_passes(tmp_path):
 
 def test_a_hang_a_crash_a_flood_and_a_syntax_error_cost_only_their_exercise(tmp_path):
     solved = _solutions()
-    loop = "def chunk_sizes(rows, devices):\n    while True:\n        pass\n"
+    # A hang that waits (on input, a lock, a socket); test_classroom.py has one that spins.
+    loop = "import time\n\n\ndef chunk_sizes(rows, devices):\n    time.sleep(3600)\n"
     dies = "import os\n\n\ndef split_batch(batch, ids):\n    os._exit(1)\n"
     flood = "print('x' * 10_000_000)\n" + solved[1].replace(
         "    return [", "    print('y' * 10_000_000)\n    return ["
