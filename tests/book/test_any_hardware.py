@@ -12,8 +12,9 @@ Which runs prove what, so that no chapter is executed more often than it needs:
 * 1 is raised to 2 by the shared setup cell (``lab.chapter``), so for a chapter that opens
   with that cell a run with 1 is the run with 2: the setup's message is checked once in
   ``test_chapter_plan.py``, and each such chapter's first code cell is checked here. A chapter
-  without the shared setup (the teacher's guide, whose devices only label a plot) runs with 1
-  instead of 2: nothing raises its count, and one is fewer than two.
+  without the shared setup (the teacher's guide) runs with 1 instead of 2: nothing raises its
+  own count, and its check-timing cell runs every chapter's setup (1 raised to 2) and every
+  exercise's solution and check, which no other run does below four devices.
 * The glossary has no code.
 
 The one-GPU case is tests/gpu/test_gpu_one.py plus `book/data/record_gpu_runs.sh`
