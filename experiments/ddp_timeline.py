@@ -19,7 +19,7 @@ import torch
 from experiments import driver_parser, write_record
 from learn_parallel.lab.ddp_timeline import compare, plot_side_by_side, step_table
 from learn_parallel.lab.workloads import standard_workloads
-from learn_parallel.variants.distributed import DEFAULT_BUCKET_CAP_MB
+from learn_parallel.ladder.distributed import DEFAULT_BUCKET_CAP_MB
 
 RECORD_FILE = "distributed.json"
 

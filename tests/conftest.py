@@ -24,7 +24,7 @@ def _sim_registered() -> bool:
 LONG_FIRST = (
     "tests/experiments/test_bench_cli.py",
     "tests/book/test_standalone.py",
-    "tests/variants/test_distributed.py",
+    "tests/ladder/test_distributed.py",
     "tests/book/test_browser.py",
     "tests/book/test_book.py",
     "tests/classroom/test_grading_tamper.py",

@@ -2,8 +2,8 @@
 where a chapter shows the region, no `# fmt: skip`, and parallel_apply.py read top-down.
 
 Region markers, `# fmt: skip` and module docstrings (at most 15 lines) are checked in every
-folder of the package; the 300-line limit holds for the taught files (the top level and
-``variants/``).
+folder of the package; the 300-line limit holds for the taught files (the top level,
+``variants/`` and ``ladder/``).
 """
 
 import ast
@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "learn_parallel"
 FOLDERS = sorted({p.parent for p in PACKAGE.rglob("*.py")})
-TAUGHT = sorted([*PACKAGE.glob("*.py"), *PACKAGE.glob("variants/*.py")])
+TAUGHT = sorted(p for g in ("*.py", "variants/*.py", "ladder/*.py") for p in PACKAGE.glob(g))
 MARKER = re.compile(r"^\s*# \[([\w-]+)\]\s*$")
 SHOWN = re.compile(r"""show_source\(\s*(?:"([\w.]+)"|([\w.]+))\s*,\s*"([\w-]+)"\s*\)""")
 

@@ -19,8 +19,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from learn_parallel.lab.processes import rank_device
-from learn_parallel.variants.collectives import ring_all_reduce
-from learn_parallel.variants.distributed import DistributedDataParallel
+from learn_parallel.ladder.collectives import ring_all_reduce
+from learn_parallel.ladder.distributed import DistributedDataParallel
 
 IN, HIDDEN, OUT = 8, 16, 4
 LR = 0.1

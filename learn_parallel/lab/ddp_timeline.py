@@ -27,7 +27,7 @@ from learn_parallel.lab.processes import rank_device, rank_step_times, run_ranks
 from learn_parallel.lab.steps import make_step, record_timeline, train_step
 from learn_parallel.lab.timing import Hardware, Recorder, Timeline, phase, step_times_ms
 from learn_parallel.lab.workloads import Workload, build_model, make_batch, parameter_count
-from learn_parallel.variants.distributed import DEFAULT_BUCKET_CAP_MB, DistributedDataParallel
+from learn_parallel.ladder.distributed import DEFAULT_BUCKET_CAP_MB, DistributedDataParallel
 
 SCHEMA = "learn_parallel.lab.ddp_timeline/1"
 IMPLEMENTATIONS = {

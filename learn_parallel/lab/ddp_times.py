@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 from learn_parallel.devices import to_device
 from learn_parallel.lab.steps import train_step
 from learn_parallel.lab.workloads import Workload, loss_function
-from learn_parallel.variants.fast_graphs import restored_cuda_streams
+from learn_parallel.ladder.graphs import restored_cuda_streams
 
 GRAPH_WARMUP = 11  # "at least 11 DDP-enabled eager iterations before capture"
 # Step 1 of the notes, before the process group starts: they name the variable

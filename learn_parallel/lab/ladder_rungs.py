@@ -19,9 +19,9 @@ from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import Device
 from learn_parallel.lab.steps import make_step
 from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
-from learn_parallel.variants import ReplicatedStep, split_batch
+from learn_parallel.ladder import FastDataParallel, ReplicatedStep
+from learn_parallel.variants import split_batch
 from learn_parallel.variants.clone_replicate import CloneDataParallel
-from learn_parallel.variants.fast import FastDataParallel
 
 LR, SEED = 0.01, 0  # every rung and DDP: SGD at this rate, weights and batch from this seed
 Step = Callable[[], Any]

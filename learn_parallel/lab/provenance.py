@@ -34,9 +34,9 @@ def _files(*names: str) -> list[str]:
 
 _CORE = _files("devices", "nested", "phases", "scatter_gather", "replicate", "parallel_apply")
 _CORE += _files("data_parallel", "lab/timing", "lab/steps", "lab/kernels", "lab/workloads")
-_TOP = _files("lab/ladder_rungs", "lab/ddp_times", "experiments/ddp_times", "variants/collectives")
-_TOP += _files("variants/fast", "variants/fast_buckets", "variants/fast_graphs")
-_TOP += _files("variants/fast_replicas", "variants/replicated")
+_TOP = _files("lab/ladder_rungs", "lab/ddp_times", "experiments/ddp_times", "ladder/collectives")
+_TOP += _files("ladder/fast", "ladder/buckets", "ladder/graphs")
+_TOP += _files("ladder/kept_replicas", "ladder/replicated")
 # What each recording measured.
 MEASURED: dict[str, list[str]] = {
     "chapters.json": _CORE
@@ -49,7 +49,7 @@ MEASURED: dict[str, list[str]] = {
     + _files("lab/ladder", "variants/clone_replicate", "experiments/ladder"),
     "clone.json": _CORE + _files("lab/ladder", "lab/ladder_rungs", "variants/clone_replicate"),
     "distributed.json": _CORE
-    + _files("lab/ddp_timeline", "variants/distributed", "variants/collectives")
+    + _files("lab/ddp_timeline", "ladder/distributed", "ladder/collectives")
     + _files("experiments/ddp_timeline"),
     "persistent_workers.json": _files("parallel_apply", "lab/persistent_workers")
     + _files("experiments/persistent_workers"),

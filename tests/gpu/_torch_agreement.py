@@ -17,7 +17,7 @@ from learn_parallel.lab import ddp_checks
 from learn_parallel.lab.ddp_checks import _grads, _snapshot
 from learn_parallel.lab.processes import rank_device
 from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
-from learn_parallel.variants.distributed import DistributedDataParallel
+from learn_parallel.ladder.distributed import DistributedDataParallel
 
 
 def torch_agreement_worker(rank: int, world: int, steps: int = 3, seed: int = 0) -> dict:

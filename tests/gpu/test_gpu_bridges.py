@@ -20,7 +20,7 @@ import learn_parallel as lp
 from experiments import ladder as record_ladder
 from learn_parallel.lab import ladder
 from learn_parallel.lab.ladder_rungs import TorchReplicateDataParallel
-from learn_parallel.variants.fast import FastDataParallel
+from learn_parallel.ladder.fast import FastDataParallel
 
 pytestmark = pytest.mark.gpu
 TOL = {"rtol": 1e-9, "atol": 1e-11}  # float64; reduction order differs from one device

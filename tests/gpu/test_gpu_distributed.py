@@ -1,6 +1,6 @@
 """learn_parallel.DistributedDataParallel on two GPUs with NCCL (``pytest -m gpu``).
 
-The same checks as tests/variants/test_distributed.py, in float64 on ``cuda:0`` and
+The same checks as tests/ladder/test_distributed.py, in float64 on ``cuda:0`` and
 ``cuda:1`` (NCCL sums float64 too), plus agreement with
 ``torch.nn.parallel.DistributedDataParallel``: same models, data and processes,
 three SGD steps, float32. With two ranks both implementations add the same two

@@ -16,8 +16,9 @@ from _training import conv_net, train_like_ddp
 from torch import nn
 
 from experiments import ladder as record_ladder
-from learn_parallel.variants import ReplicatedStep, split_batch
-from learn_parallel.variants.collectives import all_reduce_across, ring_across
+from learn_parallel.ladder import ReplicatedStep
+from learn_parallel.ladder.collectives import all_reduce_across, ring_across
+from learn_parallel.variants import split_batch
 
 pytestmark = pytest.mark.gpu
 TOL = {"rtol": 1e-9, "atol": 1e-11}  # float64; reduction order differs from one GPU

@@ -9,7 +9,7 @@ import torch
 
 from learn_parallel.classroom import exercise
 from learn_parallel.classroom.judge import observe
-from learn_parallel.variants.collectives import assign_buckets
+from learn_parallel.ladder.collectives import assign_buckets
 
 
 class ThreadRanks:

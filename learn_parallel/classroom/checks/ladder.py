@@ -10,9 +10,9 @@ from torch import nn
 from learn_parallel.classroom import exercise
 from learn_parallel.classroom.judge import observe
 from learn_parallel.classroom.tools import forbid, machine
-from learn_parallel.variants.fast import FastDataParallel
-from learn_parallel.variants.fast_buckets import GradientBuckets, plan_buckets
-from learn_parallel.variants.fast_replicas import move_into_flat
+from learn_parallel.ladder.buckets import GradientBuckets, plan_buckets
+from learn_parallel.ladder.fast import FastDataParallel
+from learn_parallel.ladder.kept_replicas import move_into_flat
 
 F32, F64 = torch.float32, torch.float64
 CASES = [  # (bytes per parameter, dtypes, cap in bytes)

@@ -1,7 +1,7 @@
 WRONG_ANSWERS = {
     "bucket-plan": {
         "plans all dtypes together, so a bucket mixes dtypes": """
-from learn_parallel.variants.collectives import assign_buckets
+from learn_parallel.ladder.collectives import assign_buckets
 
 
 def plan_buckets(sizes, dtypes, cap):
@@ -22,7 +22,7 @@ def plan_buckets(sizes, dtypes, cap):
     return buckets
 """,
         "gives positions inside each dtype's group, not in the parameter list": """
-from learn_parallel.variants.collectives import assign_buckets
+from learn_parallel.ladder.collectives import assign_buckets
 
 
 def plan_buckets(sizes, dtypes, cap):
@@ -41,7 +41,7 @@ def plan_buckets(sizes, dtypes, cap):
     return [bucket.positions for bucket in fast.buckets.buckets]
 """,
         "calls the package's own plan_buckets": """
-from learn_parallel.variants.fast_buckets import plan_buckets as package_plan
+from learn_parallel.ladder.buckets import plan_buckets as package_plan
 
 
 def plan_buckets(sizes, dtypes, cap):

@@ -21,15 +21,15 @@ from torch import nn
 
 from learn_parallel.data_parallel import wrapper_devices
 from learn_parallel.devices import Device, DeviceLike
+from learn_parallel.ladder.buckets import Bucket, GradientBuckets
+from learn_parallel.ladder.collectives import all_reduce_across, broadcast_across
+from learn_parallel.ladder.graphs import StepGraphs
+from learn_parallel.ladder.kept_replicas import group_by_dtype, move_into_flat
 from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.phases import phase
 from learn_parallel.replicate import check_on_source_device
 from learn_parallel.scatter_gather import gather, scatter_kwargs
 from learn_parallel.variants.clone_replicate import clone_to
-from learn_parallel.variants.collectives import all_reduce_across, broadcast_across
-from learn_parallel.variants.fast_buckets import Bucket, GradientBuckets
-from learn_parallel.variants.fast_graphs import StepGraphs
-from learn_parallel.variants.fast_replicas import group_by_dtype, move_into_flat
 from learn_parallel.variants.tuple_parallel import move_to_device
 
 MakeOptimizer = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from learn_parallel.devices import Device
+from learn_parallel.ladder.kept_replicas import KeptReplicas
 from learn_parallel.phases import phase
-from learn_parallel.variants.fast_replicas import KeptReplicas
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from contextlib import ExitStack
 import torch
 
 from learn_parallel.devices import Device
-from learn_parallel.variants.collectives import assign_buckets
+from learn_parallel.ladder.collectives import assign_buckets
 
 
 # [buckets]

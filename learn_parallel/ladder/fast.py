@@ -18,13 +18,13 @@ from torch import nn
 
 from learn_parallel.data_parallel import wrapper_devices
 from learn_parallel.devices import Device, DeviceLike, to_device
+from learn_parallel.ladder.buckets import GradientBuckets, SumOntoSource
+from learn_parallel.ladder.graphs import ReplicaGraphs
+from learn_parallel.ladder.kept_replicas import KeptReplicas
 from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.phases import phase
 from learn_parallel.replicate import check_on_source_device
 from learn_parallel.scatter_gather import gather, scatter_kwargs
-from learn_parallel.variants.fast_buckets import GradientBuckets, SumOntoSource
-from learn_parallel.variants.fast_graphs import ReplicaGraphs
-from learn_parallel.variants.fast_replicas import KeptReplicas
 
 
 class FastDataParallel(nn.Module):

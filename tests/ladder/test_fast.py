@@ -20,10 +20,10 @@ from torch import nn
 
 import learn_parallel as lp
 from learn_parallel.devices import resolve_device_ids
-from learn_parallel.variants.collectives import assign_buckets
-from learn_parallel.variants.fast import FastDataParallel
-from learn_parallel.variants.fast_buckets import plan_buckets
-from learn_parallel.variants.fast_graphs import ReplicaGraphs
+from learn_parallel.ladder.buckets import plan_buckets
+from learn_parallel.ladder.collectives import assign_buckets
+from learn_parallel.ladder.fast import FastDataParallel
+from learn_parallel.ladder.graphs import ReplicaGraphs
 
 RUNGS = {
     "kept_replicas": {"overlap_reduce": False},

@@ -22,8 +22,9 @@ from _training import TOL, train_like_ddp
 from torch import nn
 
 from learn_parallel.devices import resolve_device_ids
-from learn_parallel.variants import ReplicatedStep, split_batch
-from learn_parallel.variants.fast_graphs import StepGraphs
+from learn_parallel.ladder import ReplicatedStep
+from learn_parallel.ladder.graphs import StepGraphs
+from learn_parallel.variants import split_batch
 
 RUNGS = {
     "own_optimizers": {"overlap": False, "per_device_inputs": False},
@@ -147,7 +148,7 @@ def test_replicas_own_their_weights_optimizers_and_gradient_buckets():
 
 
 def test_per_device_inputs_scatter_and_gather_nothing(monkeypatch):
-    module = importlib.import_module("learn_parallel.variants.replicated")
+    module = importlib.import_module("learn_parallel.ladder.replicated")
 
     def refuse(*args, **kwargs):
         raise AssertionError("per_device_inputs=True went through device 0")

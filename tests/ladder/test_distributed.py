@@ -26,7 +26,7 @@ from learn_parallel import DistributedDataParallel
 from learn_parallel.lab import ddp_checks
 from learn_parallel.lab.ddp_checks import reference_training, step_batches, tiny_model
 from learn_parallel.lab.processes import RankFailed, free_port, run_ranks
-from learn_parallel.variants.collectives import assign_buckets
+from learn_parallel.ladder.collectives import assign_buckets
 
 TOL = dict(rtol=0, atol=1e-12)
 RUN = dict(timeout_s=150, group_timeout_s=60, threads=1)

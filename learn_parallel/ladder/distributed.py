@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from learn_parallel.ladder.collectives import assign_buckets, broadcast_coalesced
 from learn_parallel.phases import phase
-from learn_parallel.variants.collectives import assign_buckets, broadcast_coalesced
 
 DEFAULT_BUCKET_CAP_MB = 25.0  # the default of torch.nn.parallel.DistributedDataParallel
 
