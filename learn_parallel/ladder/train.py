@@ -95,7 +95,9 @@ def rank_batches(
 def wrap(model: nn.Module, ddp: str, device: torch.device, bucket_cap_mb: float) -> nn.Module:
     if ddp == "torch":
         ids = [device.index] if device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(model, ids, bucket_cap_mb=bucket_cap_mb)
+        return nn.parallel.DistributedDataParallel(
+            model, device_ids=ids, bucket_cap_mb=bucket_cap_mb
+        )
     return DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
 
 
@@ -143,7 +145,7 @@ def run(args: argparse.Namespace, launch: Launch, device: torch.device, backend:
     rank0 = mine.clone()
     dist.broadcast(rank0, 0)
     record = {
-        **{k: v for k, v in vars(launch).items()},
+        **vars(launch),
         "device": str(device),
         "backend": backend,
         "ddp": args.ddp,

@@ -182,3 +182,20 @@ def test_the_verdict_can_say_no(capsys):
         args, untrained, [{"difference_from_rank_0": 0.0}], torch.device("cpu")
     )
     assert "NOT the same training" in capsys.readouterr().out
+
+
+def test_the_chapter_states_the_defaults_that_hold():
+    """The cluster section's numbers: ours from the code, torch's from torch itself."""
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousTimeout
+    from torch.distributed.run import get_args_parser
+
+    chapter = Path(__file__).resolve().parents[2] / "book" / "distributed.ipynb"
+    cells = json.loads(chapter.read_text())["cells"]
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert f"`--rdzv-conf join_timeout={launch.JOIN_TIMEOUT_S}` above" in text
+    assert f"torch's default is {RendezvousTimeout().join.total_seconds():.0f})" in text
+    assert f"`--timeout` ({train.parse([]).timeout:.0f} seconds by default)" in text
+    assert f"\n* {c10d_rendezvous_backend.DEFAULT_PORT} is the port the `c10d`" in text
+    restarts = get_args_parser().parse_args(["x.py"]).max_restarts
+    assert f"`--max-restarts`, {restarts} by\ndefault" in text
