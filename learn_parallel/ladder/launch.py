@@ -86,8 +86,8 @@ def pick_device(launch: Launch, wanted: str, gpus: int) -> torch.device:
 
 def join_group(launch: Launch, device: torch.device, timeout_s: float) -> str:
     """Join the job's process group; the backend's name. ``timeout_s`` bounds the wait for the
-    other processes here and in every collective after: a rank that is gone fails the others
-    with a timeout instead of leaving them waiting."""
+    other processes, here and in every collective after: a rank left waiting for one that is
+    gone fails after that long instead of waiting forever."""
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)  # NCCL runs this process's collectives on this GPU
