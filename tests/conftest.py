@@ -25,12 +25,14 @@ LONG_FIRST = (
     "tests/experiments/test_bench_cli.py",
     "tests/book/test_standalone.py",
     "tests/ladder/test_distributed.py",
+    "tests/ladder/test_torchrun.py",
     "tests/book/test_browser.py",
     "tests/book/test_book.py",
     "tests/classroom/test_grading_tamper.py",
     "tests/book/test_any_hardware.py",
     "tests/classroom/test_classroom.py",
     "tests/lab/test_ladder.py",
+    "tests/lab/test_processes.py",
 )
 
 

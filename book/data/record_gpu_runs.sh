@@ -15,6 +15,8 @@
 #   clone        the two replicate strategies            ddp      our DDP beside torch's
 #   workers      fresh vs persistent worker threads      timeline recorded spans vs steps
 #   recorder     what recording a step costs             gatherprobe  torch's gather on odd outputs
+#   torchrun     our DDP beside torch's under torchrun, one process per GPU, at 1, 2, 4 ... all
+#                of the visible GPUs (learn_parallel.ladder.train; torchrun.json)
 #   trace        Perfetto traces of two ResNet-18 steps (learn_parallel, torch's DataParallel)
 #   notebooks    every chapter executed unchanged, JOBS at a time (needs nbclient, ipykernel)
 # book/data/README.md says which runs made the shipped recordings.
@@ -49,6 +51,7 @@ has workers && run workers 240 python -m experiments.persistent_workers --out "$
 has timeline && run timeline 150 python -m experiments.timeline_check --out "$rec" --devices 2
 has recorder && run recorder 150 python -m experiments.recorder_cost --out "$rec" --devices 2
 has gatherprobe && run gatherprobe 60 python -m experiments.gather_probe --out "$rec"
+has torchrun && run torchrun 560 python -m experiments.torchrun_times --out "$rec"
 if has trace; then
   run trace 200 python -m experiments.bench --devices 2 --workloads conv --cudnn-benchmark off \
     --implementations learn_parallel,torch_dp --warmup 3 --steps 5 --timeline-steps 0 \

@@ -1,7 +1,8 @@
 """Start one process per rank on this machine, with timeouts everywhere, and collect results.
 
 `run_ranks(fn, world_size)` spawns ``world_size`` fresh Python processes, joins them into
-one ``torch.distributed`` process group over 127.0.0.1 (gloo on the CPU, NCCL on GPUs),
+one ``torch.distributed`` process group (gloo on the CPU, NCCL on GPUs) through a TCP store
+the parent holds on 127.0.0.1, at a port the OS picked: two runs never race for a port. It
 calls ``fn(rank, world_size, *args)`` in each and returns their values in rank order.
 ``fn`` must be defined in a module, not a notebook cell: a spawned process imports it.
 Nothing hangs: a collective left waiting times out, the parent waits at most ``timeout_s``,
@@ -11,7 +12,6 @@ and when one rank fails the others are stopped and its traceback is raised.
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 import time
 import traceback
@@ -42,13 +42,6 @@ def use_nccl_settings() -> None:
     starts: in every rank, and where DataParallel broadcasts over GPUs (NCCL too)."""
     for name, value in NCCL_ENV.items():
         os.environ.setdefault(name, value)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rank_device(backend: str, rank: int) -> torch.device:
@@ -98,9 +91,11 @@ def _entry(
         device = rank_device(backend, rank)
         if device.type == "cuda":
             torch.cuda.set_device(device)
+        # A client of the store the parent holds: nobody else can have taken its port.
+        store = dist.TCPStore("127.0.0.1", port, timeout=timedelta(seconds=group_timeout_s))
         dist.init_process_group(
             backend,
-            init_method=f"tcp://127.0.0.1:{port}",
+            store=store,
             rank=rank,
             world_size=world_size,
             timeout=timedelta(seconds=group_timeout_s),
@@ -147,8 +142,11 @@ def run_ranks(
         )
     threads = threads or max(1, (os.cpu_count() or 1) // world_size)
     called = time.time()
+    # The store binds port 0 itself and listens until the ranks are done: the OS picks a
+    # free port and no other program can take it between here and the ranks' connecting.
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     with tempfile.TemporaryDirectory() as folder:
-        entry_args = (fn, world_size, free_port(), backend, group_timeout_s, tuple(args))
+        entry_args = (fn, world_size, store.port, backend, group_timeout_s, tuple(args))
         context = mp.start_processes(
             _entry, (*entry_args, folder, threads), world_size, join=False, start_method="spawn"
         )

@@ -56,6 +56,8 @@ MEASURED: dict[str, list[str]] = {
     "timeline_check.json": _CORE + _files("experiments/timeline_check"),
     "recorder_cost.json": _CORE + _files("lab/trace", "experiments/recorder_cost"),
     "gather_probe.json": _files("lab/gather_probe", "experiments/gather_probe"),
+    "torchrun.json": _files("ladder/launch", "ladder/train", "ladder/distributed", "phases")
+    + _files("ladder/collectives", "experiments/torchrun_times"),
 }
 
 
