@@ -185,6 +185,8 @@ def ladder_table(report: dict[str, Any]) -> str:
                 continue
             spread = repeats_of(r)
             line = f"  {name:<23} {r['step_ms']:8.2f} ms ({min(spread):.2f}-{max(spread):.2f})"
+            if "host_ms" in r:
+                line += f", host {r['host_ms']:6.2f} ms"
             if ddp is not None:
                 line += f" {r['step_ms'] / ddp['step_ms']:5.2f} x DDP"
             below = rows.get(r.get("below") or "")

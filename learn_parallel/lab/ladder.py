@@ -25,7 +25,7 @@ import torch
 from learn_parallel.devices import resolve_device_ids, synchronize
 from learn_parallel.lab import provenance
 from learn_parallel.lab.ddp_timeline import choose_backend
-from learn_parallel.lab.ladder_rungs import CLONE_SET, DDP_ROWS, LADDER, LR, SEED, Rung
+from learn_parallel.lab.ladder_rungs import CLONE_SET, DDP_ROWS, LADDER, LR, MEASURED, SEED, Rung
 from learn_parallel.lab.steps import failure_becomes_row, record_timeline
 from learn_parallel.lab.timing import describe_hardware, step_times_ms
 from learn_parallel.lab.workloads import Workload, build_model, standard_workloads
@@ -61,11 +61,13 @@ def measure_round(
         warnings.simplefilter("always", RuntimeWarning)
         devices = resolve_device_ids(list(range(count)))
         step, marked = rung.make(workload, devices)
-        times = step_times_ms(step, devices, warmup, steps)
+        host: list[float] = []
+        times = step_times_ms(step, devices, warmup, steps, host)
         if marked is not None and timeline_steps > 0 and "timeline" not in row:
             row["timeline"] = record_timeline(step, marked, timeline_steps)
     row["step_ms_all"].append(times)
     row["repeats"].append(statistics.median(times))
+    row["host_ms_repeats"].append(statistics.median(host))
     for w in caught:
         if not issubclass(w.category, RuntimeWarning):  # not the row's business: pass it on
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -94,7 +96,7 @@ def _row(name: str, change: str, preconditions: str, below: str | None, kind: st
     """A row before it is measured: what the rung is, and room for its rounds."""
     row = {"rung": name, "workload": kind, "devices": count, "change": change}
     row |= {"preconditions": preconditions, "below": below, "status": "ok", "note": ""}
-    return row | {"repeats": [], "step_ms_all": []}
+    return row | {"repeats": [], "step_ms_all": [], "host_ms_repeats": []}
 
 
 def ddp_round(rows: dict, workloads: Sequence[Workload], launch: Callable[..., dict]) -> None:
@@ -140,7 +142,7 @@ def run(
     """Measure ``which`` (``"ladder"`` or ``"clone"``) interleaved; write and return the JSON.
     DDP's rows come from ``ddp`` (None or False: no DDP rows)."""
     out.mkdir(parents=True, exist_ok=True)
-    rungs = LADDER if which == "ladder" else CLONE_SET
+    rungs = MEASURED if which == "ladder" else CLONE_SET
     started = time.perf_counter()
     rows = {
         (w.kind, r.name): _row(r.name, r.change, r.preconditions, r.below, w.kind, count)
@@ -176,6 +178,8 @@ def run(
     for row in rows.values():
         if row["status"] == "ok" and (ms := row["repeats"]):  # the rounds' medians
             row.update(step_ms=statistics.median(ms), step_ms_min=min(ms), step_ms_max=max(ms))
+        if host := row.get("host_ms_repeats"):  # our rungs; DDP's ranks each have a host
+            row["host_ms"] = statistics.median(host)
     host = {w.kind: replicate_host_ms(w, count) for w in workloads} if which == "clone" else {}
     hardware = describe_hardware(resolve_device_ids(list(range(count))))
     report = {
@@ -186,7 +190,9 @@ def run(
         "workloads": {w.kind: {**w.to_dict(), "title": w.describe()} for w in workloads},
         "timing": f"{repeats} interleaved rounds; in each, every rung is built afresh and timed "
         f"for {steps} steps after {warmup} warm-up steps, each step ended by a synchronize of "
-        "every device (DDP: the slowest rank per step); a row's repeats are its rounds' medians",
+        "every device (DDP: the slowest rank per step); a row's repeats are its rounds' medians; "
+        "host_ms: median over the rounds of the host time until the step returned (its work "
+        "enqueued), for the rungs run in this process",
         "repeats": repeats,
         "rows": [rows[key] for key in rows],
         "replicate_host_ms": host,

@@ -17,6 +17,7 @@ from torch import nn
 
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import Device
+from learn_parallel.lab.reference_step import reference_step
 from learn_parallel.lab.steps import make_step
 from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
 from learn_parallel.ladder import FastDataParallel, ReplicatedStep
@@ -175,6 +176,17 @@ LADDER = (
         True,
     ),
 )
+REFERENCE = Rung(  # measured with the rungs, but no rung: what step_graphs is held against
+    "one_thread_reference",
+    "a reference, not a rung: step_graphs' GPU work with the fewest host calls, written out "
+    "(learn_parallel/lab/reference_step.py): no checks, no copies, no fallback",
+    "those of step_graphs, one parameter dtype, the batch it was captured with",
+    True,
+    lambda workload, devices: (reference_step(workload, devices, LR, SEED), None),
+    "step_graphs",
+    True,
+)
+MEASURED = (*LADDER, REFERENCE)  # the ladder set: every rung, then the reference
 DDP_ROWS = {
     "ddp": ("torch's DistributedDataParallel: one process per device", None),
     "ddp_graphs": (

@@ -364,10 +364,15 @@ def step_spans(timeline: Timeline) -> list[dict[str, Any]]:
 
 
 def step_times_ms(
-    step: Callable[[], Any], devices: Sequence[Device], warmup: int, steps: int
+    step: Callable[[], Any],
+    devices: Sequence[Device],
+    warmup: int,
+    steps: int,
+    host_ms: list[float] | None = None,
 ) -> list[float]:
     """Wall time (host clock) of each of ``steps`` calls of ``step`` in ms, after ``warmup``
-    untimed ones; every device idle at each call's start and end, so it times that call's work."""
+    untimed ones; every device idle at each call's start and end, so it times that call's work.
+    ``host_ms`` gets, per step, the host time until ``step`` returned (its work enqueued)."""
     for _ in range(warmup):
         step()
     times = []
@@ -375,8 +380,11 @@ def step_times_ms(
         synchronize_devices(devices)
         start = time.perf_counter()
         step()
+        returned = time.perf_counter()
         synchronize_devices(devices)
         times.append((time.perf_counter() - start) * 1e3)
+        if host_ms is not None:
+            host_ms.append((returned - start) * 1e3)
     return times
 
 

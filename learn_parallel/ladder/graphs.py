@@ -21,6 +21,11 @@ from learn_parallel.devices import Device
 from learn_parallel.ladder.kept_replicas import KeptReplicas
 from learn_parallel.phases import phase
 
+# Only this thread's calls must be capture-safe: in CUDA's default ("global") mode an unsafe
+# call from any thread breaks the capture, and NCCL's own threads make such calls while
+# they connect the in-process communicators of the all-reduce between the graphs.
+THREAD_LOCAL = {"capture_error_mode": "thread_local"}
+
 
 @contextmanager
 def restored_cuda_streams(devices: Sequence[Device]) -> Iterator[None]:
@@ -115,10 +120,10 @@ class StepGraphs:
 
     ``backward(k, piece)`` runs device k's part up to its backward (gradients zeroed,
     forward, loss, backward) and returns its loss; ``optimizer(k)`` runs its optimizer
-    step. The first ``warmup`` calls run ``eager(pieces)`` instead (they create the
-    optimizer's state and each library's per-stream handles); the next captures both
-    graphs of every device, one capture at a time, then replays them. Everything runs
-    on streams of its own, which wait for the caller's and which the caller waits for.
+    step. The first ``warmup`` calls run ``eager(pieces)`` on streams of its own (they
+    create the optimizer's state and each library's handles for the streams the capture
+    uses); the next captures both graphs of every device, one capture at a time, then
+    replays them. A replay does only what the GPUs need (the ladder chapter counts it).
     Where a capture is refused, one warning line says why and every step runs eagerly.
     """
 
@@ -132,41 +137,66 @@ class StepGraphs:
     ) -> None:
         self.devices, self.eager = devices, eager
         self.backward, self.optimizer = backward, optimizer
-        self.warmup, self.calls = warmup, 0
+        self.warmup, self.calls, self.replays = warmup, 0, 0
         self.streams = [torch.cuda.Stream(d.index) for d in devices]
         self.refused: str | None = None  # why a capture failed, once one has
         self.graphs: list[tuple[torch.cuda.CUDAGraph, torch.cuda.CUDAGraph]] = []
-        self.inputs: list[tuple[torch.Tensor, ...]] = []  # the graphs' own input tensors
-        self.losses: list[torch.Tensor] = []
+        self.inputs: list[tuple[torch.Tensor, ...]] = []  # the tensors the graphs read
+        self.losses: tuple[torch.Tensor, ...] = ()  # the tensors the graphs write
 
     def __call__(
-        self, pieces: Sequence[tuple], before: Callable[[], None], between: Callable[[], None]
+        self, pieces: Sequence[tuple], between: Callable[[], None], buffers: Callable[[], None]
     ) -> tuple[torch.Tensor, ...]:
-        """One step: ``before()`` (buffers), the backward graphs, ``between()`` (all-reduce),
-        the optimizer graphs; the losses, per device."""
-        callers = [torch.cuda.current_stream(d.index) for d in self.devices]
-        with ExitStack() as current:
-            for own, caller in zip(self.streams, callers):
-                own.wait_stream(caller)
-                current.enter_context(torch.cuda.stream(own))
-            self.calls += 1
-            warm = self.refused is None and self.calls > self.warmup
-            if warm and (self.graphs or self._capture(pieces)):
-                losses = self._replay(pieces, before, between)
-            else:
-                losses = self.eager(pieces)
-        for own, caller in zip(self.streams, callers):
-            caller.wait_stream(own)
-        return losses
+        """One step; the losses, per device. ``between()`` runs between the two graphs of
+        every device (the all-reduce), ``buffers()`` after them (replica 0's buffers)."""
+        if self.graphs:
+            return self._replay(pieces, between, buffers)
+        self.calls += 1
+        with torch.enable_grad():
+            if self.refused is None and self.calls > self.warmup:
+                with self._own_streams():  # captured where the warm-up steps ran
+                    captured = self._capture(pieces)
+                if captured:
+                    buffers()  # the eager steps left each replica its own statistics
+                    return self._replay(pieces, between, buffers)
+            with self._own_streams():
+                return self.eager(pieces)
+
+    # [step-replay]
+    def _replay(
+        self, pieces: Sequence[tuple], between: Callable[[], None], buffers: Callable[[], None]
+    ) -> tuple[torch.Tensor, ...]:
+        """On the caller's streams: new inputs copied in, the graphs, the collectives."""
+        with phase("scatter"):
+            for own, piece in zip(self.inputs, pieces):
+                for tensor, new in zip(own, piece):
+                    if new is not tensor:  # the captured tensors themselves: nothing to copy
+                        self._check_shape(tensor, new)
+                        tensor.copy_(new, non_blocking=True)
+        for device, (backward, _) in zip(self.devices, self.graphs):
+            with phase("forward+backward graph", device):
+                backward.replay()  # on the current stream of the graph's own device
+        between()
+        for device, (_, step) in zip(self.devices, self.graphs):
+            with phase("optimizer graph", device):
+                step.replay()
+        buffers()  # what DDP sends before the next forward
+        self.replays += 1
+        return self.losses  # overwritten by the next replay, as every graph output is
+
+    # [step-replay]
 
     def _capture(self, pieces: Sequence[tuple]) -> bool:
-        """Both graphs of every device; nothing runs while they are captured."""
+        """Both graphs of every device, reading this step's tensors; nothing runs meanwhile."""
         if not all(isinstance(t, torch.Tensor) for piece in pieces for t in piece):
             raise ValueError(
                 "cuda_graphs=True captures tensors only: pass (input, target) tensors."
             )
+        # The graphs read the tensors they were captured with: the caller's own where they
+        # already sit on the device (a later step with other tensors is copied into them,
+        # as torch.cuda.make_graphed_callables does with its sample arguments).
         inputs = [
-            tuple(t.detach().to(d.torch_device, copy=True) for t in p)
+            tuple(t if t.device == d.torch_device else t.to(d.torch_device, copy=True) for t in p)
             for p, d in zip(pieces, self.devices)
         ]
         graphs, losses, device = [], [], self.devices[0]
@@ -177,9 +207,9 @@ class StepGraphs:
                 for k, (device, stream) in enumerate(zip(self.devices, self.streams)):
                     backward, step = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
                     with torch.cuda.device(device.index):
-                        with torch.cuda.graph(backward, stream=stream):
+                        with torch.cuda.graph(backward, stream=stream, **THREAD_LOCAL):
                             losses.append(self.backward(k, inputs[k]))
-                        with torch.cuda.graph(step, pool=backward.pool(), stream=stream):
+                        with torch.cuda.graph(step, backward.pool(), stream, **THREAD_LOCAL):
                             self.optimizer(k)
                     graphs.append((backward, step))
         except Exception as error:  # noqa: BLE001 - any refusal falls back to eager steps
@@ -193,29 +223,28 @@ class StepGraphs:
                 stacklevel=4,
             )
             return False
-        self.graphs, self.inputs, self.losses = graphs, inputs, losses
+        self.graphs, self.inputs = graphs, inputs
+        self.losses = tuple(loss.detach() for loss in losses)  # the graphs write them
         return True
 
-    def _replay(
-        self, pieces: Sequence[tuple], before: Callable[[], None], between: Callable[[], None]
-    ) -> tuple[torch.Tensor, ...]:
-        shapes = [tuple(t.shape for t in p) for p in pieces]
-        if shapes != [tuple(t.shape for t in p) for p in self.inputs]:
+    @contextmanager
+    def _own_streams(self) -> Iterator[None]:
+        """Run the body on this object's streams, ordered after the caller's and before."""
+        callers = [torch.cuda.current_stream(d.index) for d in self.devices]
+        with ExitStack() as current:
+            for own, caller in zip(self.streams, callers):
+                own.wait_stream(caller)
+                current.enter_context(torch.cuda.stream(own))
+            yield
+        for own, caller in zip(self.streams, callers):
+            caller.wait_stream(own)
+
+    def _check_shape(self, captured: torch.Tensor, new: torch.Tensor) -> None:
+        if new.shape != captured.shape:  # copy_ would broadcast a smaller batch silently
+            shapes = [tuple(t.shape for t in p) for p in self.inputs]
             raise ValueError(
-                f"cuda_graphs=True replays a step captured for input shapes "
-                f"{[tuple(t.shape for t in p) for p in self.inputs]}, but this step's are "
-                f"{shapes}. Keep every batch the same size (DataLoader(drop_last=True))."
+                f"cuda_graphs=True replays a step captured for input shapes {shapes}, but this "
+                f"step has a tensor of shape {tuple(new.shape)} where the capture had "
+                f"{tuple(captured.shape)}. Keep every batch the same size "
+                f"(DataLoader(drop_last=True))."
             )
-        with phase("scatter"):
-            for own, piece in zip(self.inputs, pieces):
-                for tensor, new in zip(own, piece):
-                    tensor.copy_(new, non_blocking=True)
-        before()
-        for device, (backward, _) in zip(self.devices, self.graphs):
-            with torch.cuda.device(device.index), phase("forward+backward graph", device):
-                backward.replay()
-        between()
-        for device, (_, step) in zip(self.devices, self.graphs):
-            with torch.cuda.device(device.index), phase("optimizer graph", device):
-                step.replay()
-        return tuple(loss.detach().clone() for loss in self.losses)

@@ -54,9 +54,12 @@ class ReplicatedStep:
     takes a batch already split per device, ``((x_0, y_0), (x_1, y_1), ...)`` as
     `PerDeviceCollate` makes it, each device computing its own loss (off: ``(x, y)`` is
     scattered from device 0, outputs gathered there for one loss); ``cuda_graphs``
-    replays each device's step from CUDA graphs (needs ``per_device_inputs``).
+    replays each device's step from CUDA graphs (needs ``per_device_inputs``; the graphs
+    read the tensors of the step they captured, and a later step's other tensors are copied
+    into them; the losses returned are the graphs' own, overwritten by the next step).
     ``broadcast_buffers`` (DDP's default; torch 2.13 names it ``forward_sync_buffers``):
-    replica 0's buffers reach every replica before each forward. ``module`` is replica 0.
+    replica 0's buffers reach every replica before each forward (with graphs: at the end of
+    each step, the same values). ``module`` is replica 0.
     """
 
     def __init__(
@@ -119,10 +122,9 @@ class ReplicatedStep:
             self.graphs = StepGraphs(self.devices, self._eager, self._device_backward, step)
 
     def __call__(self, batch: Any) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        if self.graphs is not None:
+            return self.graphs(self._pieces(batch), self._all_reduce_rest, self._sync_buffers)
         with torch.enable_grad():
-            if self.graphs is not None:
-                pieces = self._pieces(batch)
-                return self.graphs(pieces, self._sync_buffers, self._all_reduce_rest)
             return self._eager(batch)
 
     # [replicated-step]

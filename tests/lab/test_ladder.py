@@ -14,11 +14,11 @@ import pytest
 
 from experiments import ladder as driver
 from learn_parallel.lab import bridges, ladder, ladder_rungs
-from learn_parallel.lab.ladder_rungs import DDP_ROWS, LADDER
+from learn_parallel.lab.ladder_rungs import DDP_ROWS, MEASURED
 
 matplotlib.use("Agg")
 
-CUDA_ONLY = {r.name for r in LADDER if r.needs_cuda}
+CUDA_ONLY = {r.name for r in MEASURED if r.needs_cuda}
 
 
 def quick(tmp_path, *extra):
@@ -30,7 +30,7 @@ def quick(tmp_path, *extra):
 def test_quick_run_writes_every_rung_with_its_rounds(tmp_path):
     report = quick(tmp_path, "--no-ddp", "--repeats", "2", "--timeline-steps", "1")
     rows = {r["rung"]: r for r in report["rows"]}
-    assert list(rows) == [r.name for r in LADDER]
+    assert list(rows) == [r.name for r in MEASURED]
     names = set(rows)
     for name, row in rows.items():
         assert row["below"] is None or row["below"] in names
@@ -41,6 +41,7 @@ def test_quick_run_writes_every_rung_with_its_rounds(tmp_path):
         assert len(row["repeats"]) == 2 and [len(s) for s in row["step_ms_all"]] == [2, 2]
         assert row["step_ms_min"] <= row["step_ms"] <= row["step_ms_max"]
         assert sorted(row["repeats"]) == [row["step_ms_min"], row["step_ms_max"]]
+        assert 0 < row["host_ms"] <= row["step_ms"]  # the host time until the step returned
         assert row["timeline"]["records"], name  # every rung we built marks its phases
     assert report["schema"] == "learn_parallel.lab.ladder/2" and report["repeats"] == 2
 
@@ -52,13 +53,14 @@ def test_rounds_interleave_the_rungs_with_ddp_once_per_round(tmp_path, monkeypat
         calls.append(rung.name)
         row["repeats"].append(1.0)
         row["step_ms_all"].append([1.0])
+        row["host_ms_repeats"].append(1.0)
 
     monkeypatch.setattr(ladder, "measure_round", fake_round)
     monkeypatch.setattr(ladder, "ddp_round", lambda *args: calls.append("ddp"))
     workloads = ladder.default_workloads(False, quick=True)[1:]
     ladder.run("ladder", workloads, 2, tmp_path, repeats=3, ddp=lambda *a, **k: {}, progress=False)
-    eager = [r.name for r in LADDER if not r.measure_last]
-    last = [r.name for r in LADDER if r.measure_last]
+    eager = [r.name for r in MEASURED if not r.measure_last]
+    last = [r.name for r in MEASURED if r.measure_last]
     assert calls == (eager + ["ddp"] + last) * 3
 
 

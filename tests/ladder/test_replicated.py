@@ -13,8 +13,10 @@ weights, as DDP's ranks do. CUDA graphs are tested in tests/gpu/test_gpu_replica
 import contextlib
 import gc
 import importlib
+import sys
 import warnings
 import weakref
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +25,7 @@ from torch import nn
 
 from learn_parallel.devices import resolve_device_ids
 from learn_parallel.ladder import ReplicatedStep
+from learn_parallel.ladder import graphs as graphs_module
 from learn_parallel.ladder.graphs import StepGraphs
 from learn_parallel.variants import split_batch
 
@@ -232,7 +235,8 @@ class FakeCapture:
                     work()
 
         @contextlib.contextmanager
-        def graph(g, pool=None, stream=None):
+        def graph(g, pool=None, stream=None, capture_error_mode="global"):
+            log.append(f"capture ({capture_error_mode})")
             fake.capturing = g
             try:
                 yield
@@ -279,7 +283,7 @@ def test_step_graphs_warm_up_capture_one_device_at_a_time_then_replay(refuse):
             warnings.simplefilter("always")
             for _ in range(5):
                 log.append("step")
-                graphs(pieces, lambda: log.append("before"), lambda: log.append("between"))
+                graphs(pieces, lambda: log.append("between"), lambda: log.append("buffers"))
             logged = list(log)
             if not refuse:
                 shorter = [(x[:1], y[:1]) for x, y in pieces]
@@ -288,8 +292,12 @@ def test_step_graphs_warm_up_capture_one_device_at_a_time_then_replay(refuse):
     steps = " | ".join(" ".join(logged).split("step ")[1:])
     waits = "own0 waits caller0 own1 waits caller1"
     back = "caller0 waits own0 caller1 waits own1"
+    eager = f"{waits} eager {back}"
     if refuse:  # the first device's graphs were captured, the second refused: all eager
-        assert steps.split(" | ") == [f"{waits} eager {back} "] * 4 + [f"{waits} eager {back}"]
+        # (the capture runs on the warm-up's streams, handed over like an eager step)
+        capture = " ".join(["capture (thread_local)"] * 3)  # the second device's first refused
+        expected = [f"{eager} "] * 3 + [f"{waits} {capture} {back} {eager} ", eager]
+        assert steps.split(" | ") == expected
         (message,) = [str(w.message) for w in said]
         assert message.startswith("ReplicatedStep(cuda_graphs=True): capturing the step on sim:1")
         assert "(RuntimeError: operation not permitted" in message and "\n" not in message
@@ -297,12 +305,15 @@ def test_step_graphs_warm_up_capture_one_device_at_a_time_then_replay(refuse):
         return
     assert not said
     replay = (
-        "before replay backward 0 replay backward 1 between replay optimizer 0 replay optimizer 1"
+        "replay backward 0 replay backward 1 between replay optimizer 0 replay optimizer 1 buffers"
     )
-    assert steps.split(" | ")[:3] == [f"{waits} eager {back} "] * 3
-    assert steps.split(" | ")[3:] == [f"{waits} {replay} {back} "] * 1 + [
-        f"{waits} {replay} {back}"
-    ]
+    # Warm-up and capture on streams of its own; then replays on the caller's streams, with
+    # no hand-off, the buffers synced once before the first (the eager steps left each
+    # replica its own statistics).
+    assert steps.split(" | ")[:3] == [f"{eager} "] * 3
+    # Both graphs of each device captured in CUDA's thread-local mode (graphs.THREAD_LOCAL).
+    capture = " ".join(["capture (thread_local)"] * 4)
+    assert steps.split(" | ")[3:] == [f"{waits} {capture} {back} buffers {replay} ", replay]
 
 
 def test_what_the_graphs_hold_trains_like_one_device_in_the_replay_order():
@@ -310,15 +321,60 @@ def test_what_the_graphs_hold_trains_like_one_device_in_the_replay_order():
     model = net().to(resolve_device_ids([0, 1, 2])[0].torch_device)
     step = ReplicatedStep(model, sgd, loss_fn, [0, 1, 2], bucket_mb=0.0005)
     losses = []
+    step._sync_buffers()  # before the first replay
     for x, y in batches():
         pieces = [
             tuple(t.to(d.torch_device) for t in piece)
             for piece, d in zip(split_batch((x, y), 3), step.devices)
         ]
-        step._sync_buffers()
         per_device = [step._device_backward(k, piece) for k, piece in enumerate(pieces)]
         step._all_reduce_rest()
         for k in range(3):
             step._optimizer_step(k)
+        step._sync_buffers()  # at the end of every replay: what the next forward must read
         losses.append(sum(loss.detach().cpu() for loss in per_device) / 3)
     assert_like_one_device(step, model, losses, *one_device(3, gathered=False))
+
+
+def _calls_out_of(module_file: str, run) -> list[str]:
+    """Every call that code in ``module_file`` makes into torch (or into this file's fakes of
+    torch.cuda) while ``run()`` runs: what one step costs the host, call by call."""
+    here, torch_dir = __file__, str(Path(torch.__file__).parent)
+    made = []
+
+    def profile(frame, event, arg):
+        if event == "c_call" and frame.f_code.co_filename == module_file:
+            owner, _, name = arg.__qualname__.rpartition(".")
+            if "Tensor" in owner:  # a method of a tensor, of whatever tensor class
+                made.append(f"tensor.{name}")
+            elif (getattr(arg, "__module__", None) or "").startswith("torch"):
+                made.append(arg.__qualname__)
+        elif event == "call" and frame.f_back and frame.f_back.f_code.co_filename == module_file:
+            callee = frame.f_code.co_filename
+            if callee.startswith(torch_dir) or callee == here:
+                made.append(".".join(frame.f_code.co_qualname.split(".")[-2:]))
+
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return made
+
+
+def test_a_replay_makes_only_the_calls_the_gpus_need():
+    # Per device: its two graphs' replays; then the two collectives' callbacks; copies only
+    # for inputs that are not the tensors the graphs were captured with.
+    devices = resolve_device_ids([0, 1, 2])
+    pieces = [(torch.full((2,), float(k)), torch.zeros(2)) for k in range(3)]
+    with pytest.MonkeyPatch.context() as mp:
+        fake = FakeCapture(mp, [])
+        backward = lambda k, piece: fake.run(f"backward {k}", lambda: piece[0].sum())  # noqa: E731
+        graphs = StepGraphs(devices, lambda p: (), backward, lambda k: None, warmup=0)
+        graphs(pieces, lambda: None, lambda: None)  # captures, then replays
+        captured, nothing = graphs.inputs, dict  # a C callable: no call of this file's
+        same = _calls_out_of(graphs_module.__file__, lambda: graphs(captured, nothing, nothing))
+        other = _calls_out_of(graphs_module.__file__, lambda: graphs(pieces, nothing, nothing))
+    replays = ["Graph.replay"] * 6
+    assert sorted(same) == sorted(replays), same
+    assert sorted(other) == sorted(replays + ["tensor.copy_"] * 6), other
