@@ -154,14 +154,23 @@ def data_parallel(
     dim: int = 0,
     module_kwargs: dict[str, Any] | None = None,
 ) -> Any:
-    """One DataParallel forward pass as a function: no wrapper module is kept."""
+    """One DataParallel forward pass as a function: no wrapper module is kept.
+
+    Unlike the class, it never moves ``module``: it must sit on the first device.
+    On one device the module is called directly, as in the class and in torch,
+    so its output stays on that device whatever ``output_device`` says.
+    """
     if not isinstance(inputs, tuple):
         inputs = (inputs,) if inputs is not None else ()
     devices = resolve_device_ids(device_ids)
     output = devices[0] if output_device is None else to_device(output_device, allow_cpu=True)
+    if len(devices) == 1:  # on several, replicate checks before it copies
+        check_on_source_device(module, devices[0])
     inputs, module_kwargs = scatter_kwargs(inputs, module_kwargs, devices, dim)
     if not inputs and not module_kwargs:
         inputs, module_kwargs = ((),), ({},)
+    if len(devices) == 1:
+        return module(*inputs[0], **module_kwargs[0])
     used = devices[: len(inputs)]
     replicas = make_replicas(module, used, not torch.is_grad_enabled())  # checks the source
     outputs = parallel_apply(replicas, inputs, module_kwargs, used)

@@ -70,15 +70,17 @@ class Gather(Function):
 
 
 # [scatter]
-def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> list[Any]:
+def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> Sequence[Any]:
     """Split ``inputs`` into one piece per device (fewer when the batch is short).
 
     Tensors are chunked along ``dim``; containers are split member by member
-    and rebuilt; anything else is given whole to every device.
+    and rebuilt; anything else is given whole to every device. A bare tensor
+    gives a tuple of pieces (as torch's `Scatter` does), anything else a list.
     """
     leaves: list[tuple[str, Any]] = []
     build = _flatten(inputs, "inputs", leaves)
-    return [build(values) for values in _split_leaves(leaves, resolved(target_gpus), dim)]
+    pieces = [build(values) for values in _split_leaves(leaves, resolved(target_gpus), dim)]
+    return tuple(pieces) if isinstance(inputs, torch.Tensor) else pieces
 
 
 Builder = Callable[[Sequence[Any]], Any]
@@ -87,10 +89,13 @@ Builder = Callable[[Sequence[Any]], Any]
 def _flatten(obj: Any, path: str, leaves: list[tuple[str, Any]]) -> Builder:
     """Append the leaves of ``obj`` to ``leaves`` as (path, value); return how to rebuild it.
 
-    The one walk over the structure. A leaf is a tensor, or anything that holds
-    no tensor (a number, a string, a container of those): that is shared whole.
-    The returned function builds one replica's copy of ``obj`` from a list of
-    leaf values, in the order of ``leaves``.
+    The one walk over the structure. A leaf is a tensor, or anything else that
+    is shared whole: a number, a string, an empty container, a dataclass with no
+    tensor inside. Every other container is rebuilt for each replica, as torch's
+    scatter rebuilds it, so a replica that appends to a list it was given
+    changes its own copy, not the caller's (an empty list is shared, as in
+    torch). The returned function builds one replica's copy of ``obj`` from a
+    list of leaf values, in the order of ``leaves``.
     """
     if isinstance(obj, PackedSequence):
         raise TypeError(_PACKED_INPUT.format(path=path))
@@ -98,9 +103,10 @@ def _flatten(obj: Any, path: str, leaves: list[tuple[str, Any]]) -> Builder:
     if members:
         first = len(leaves)
         builders = [_flatten(value, path + p, leaves) for p, value in members]
-        if any(isinstance(value, torch.Tensor) for _, value in leaves[first:]):
+        has_tensor = any(isinstance(value, torch.Tensor) for _, value in leaves[first:])
+        if has_tensor or not nested.is_dataclass_instance(obj):
             return lambda values: nested.rebuild(obj, [build(values) for build in builders])
-        del leaves[first:]  # nothing inside to split or copy: the container is one leaf
+        del leaves[first:]  # torch does not look inside a dataclass: with no tensor, share it
     position = len(leaves)
     leaves.append((path, obj))
     return lambda values: values[position]
