@@ -56,6 +56,9 @@ MEASURED: dict[str, list[str]] = {
     "timeline_check.json": _CORE + _files("experiments/timeline_check"),
     "recorder_cost.json": _CORE + _files("lab/trace", "experiments/recorder_cost"),
     "gather_probe.json": _files("lab/gather_probe", "experiments/gather_probe"),
+    # The counts mirror the workloads and the chapters' measurements (experiments/floor_counts).
+    "floors.json": _files("lab/workloads", "lab/measure", "experiments/floors")
+    + _files("experiments/floor_counts"),
 }
 
 
