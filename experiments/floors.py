@@ -7,10 +7,11 @@ data_parallel and ladder chapters (`learn_parallel.lab.floors` reads it back):
 ``book/data/record_gpu_runs.sh`` (part ``floors``) runs it on every visible GPU. It measures
 copy bandwidth between every pair of GPUs and between host (pinned) and each GPU, with large
 buffers; NCCL's all-reduce, broadcast and reduce over a range of sizes, with nccl-tests' bus
-bandwidth; one large matrix product and one ResNet-style convolution in float32 on the first
-GPU, under torch's default precision settings (recorded); and counts every phase's bytes and
-FLOPs (`experiments.floor_counts`). Every time is CUDA events on each device's current stream,
-after warm-up calls, several samples kept; no profiler runs in this process.
+bandwidth; a large float32 matrix product and ResNet-18's convolutions on the first GPU, under
+torch's default precision settings (recorded), cuDNN picking its fastest algorithm; and it
+counts every phase's bytes and FLOPs (`experiments.floor_counts`). Every time is CUDA events
+on each device's current stream, after warm-up calls, several samples kept; no profiler runs
+in this process.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def collectives(n: int, sizes: Sequence[int]) -> dict[str, Any]:
     """NCCL's all-reduce, broadcast (root 0) and reduce (root 0) on every visible GPU from this
     one process (``torch.cuda.nccl``, as DataParallel's replicate and reduce and ReplicatedStep
     call it), float32 buffers of each size: times, algorithm and bus bandwidth."""
-    buffers = [torch.ones(max(sizes) // 4, device=f"cuda:{d}") for d in range(n)]
+    buffers = [torch.zeros(max(sizes) // 4, device=f"cuda:{d}") for d in range(n)]  # sums stay 0
     calls = {
         "all_reduce": lambda views: torch.cuda.nccl.all_reduce(views),
         "broadcast": lambda views: torch.cuda.nccl.broadcast(views, root=0),
@@ -152,32 +153,40 @@ def throughput(name: str, fn: Callable[[], Any], count: Callable[[], Any], inner
     }
 
 
+# ResNet-18's 3x3 convolutions at 128 x 128 images, one per stage: (channels, height and width).
+CONV_SHAPES = ((64, 32), (128, 16), (256, 8), (512, 4))
+
+
 def compute(quick: bool) -> dict[str, Any]:
-    """One float32 matrix product (square) and one 3x3 convolution of ResNet-18's first stage
-    (its shape at 128 x 128 images, 128 of them: a replica's share on four GPUs) on cuda:0."""
+    """One square float32 matrix product, and ResNet-18's 3x3 convolution of each stage on 128
+    images (a replica's share on four GPUs), on cuda:0; the fastest convolution is ``conv``."""
     m = 2048 if quick else 8192
     a, b = (torch.randn(m, m, device="cuda:0") for _ in range(2))
     meta = torch.empty(m, m, device="meta")
     matmul = throughput(f"{m} x {m} @ {m} x {m}", lambda: a @ b, lambda: meta @ meta, 2)
-    rows = 16 if quick else 128
-    conv = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False)
-    x, meta_x = (torch.randn(rows, 64, 32, 32, device=d) for d in ("cuda:0", "meta"))
-    on_gpu, on_meta = conv.to("cuda:0"), torch.nn.Conv2d(64, 64, 3, padding=1).to("meta")
-    shape = f"{rows} x 64 x 32 x 32, 64 filters of 3 x 3"
+    rows, convolutions = (16 if quick else 128), []
     benchmark = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = True  # the fastest algorithm cuDNN finds: a floor
+    torch.backends.cudnn.benchmark = True  # the fastest algorithm cuDNN finds for each shape
     try:
-        with torch.no_grad():
-            convolution = throughput(shape, lambda: on_gpu(x), lambda: on_meta(meta_x), 5)
+        for c, size in CONV_SHAPES:
+            layers = [
+                torch.nn.Conv2d(c, c, 3, padding=1, bias=False).to(d) for d in ("cuda:0", "meta")
+            ]
+            x = [torch.randn(rows, c, size, size, device=d) for d in ("cuda:0", "meta")]
+            shape = f"{rows} x {c} x {size} x {size}, {c} filters of 3 x 3"
+            with torch.no_grad():
+                run, count = (lambda k=k, f=layers, i=x: f[k](i[k]) for k in (0, 1))
+                convolutions.append(throughput(shape, run, count, 5))
     finally:
         torch.backends.cudnn.benchmark = benchmark
     settings = {
         "dtype": "float32",
         "torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
         "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-        "torch.backends.cudnn.benchmark (for the convolution)": True,
+        "torch.backends.cudnn.benchmark (for the convolutions)": True,
     }
-    return {"settings": settings, "matmul": matmul, "conv": convolution}
+    best = max(convolutions, key=lambda op: op["tflop_s"])
+    return {"settings": settings, "matmul": matmul, "conv": best, "convolutions": convolutions}
 
 
 def replicate_copies(n: int) -> dict[str, Any]:
