@@ -28,7 +28,9 @@ HOW = {  # what sets each phase's floor
     "buffers": "NCCL broadcast of the buffers",
     "reduce": "NCCL reduce of the gradients",
     "all-reduce": "NCCL all-reduce of the gradients",
-    **dict.fromkeys(("forward", "replica backward"), "matmul and convolution throughput"),
+    **dict.fromkeys(
+        ("forward", "replica backward", "forward+backward"), "matmul and convolution throughput"
+    ),
     "backward": "its parts in turn (grad scatter, replica backward, reduce)",
 }
 # What each ladder rung puts on the step's path besides one replica's compute: communication
@@ -136,9 +138,11 @@ class Floors:
         c = self.counts(problem, n)
         if c is None:
             return Floor(name, None)
-        if name in ("forward", "replica backward"):
-            flops = c["flops"]["forward" if name == "forward" else "backward"]
-            return Floor(name, self.compute_ms(flops), flops=sum(flops.values()))
+        if name in ("forward", "replica backward", "forward+backward"):
+            kinds = {"forward": ["forward"], "replica backward": ["backward"]}
+            flops = [c["flops"][k] for k in kinds.get(name, ["forward", "backward"])]
+            ms = sum(self.compute_ms(f) for f in flops)
+            return Floor(name, ms, flops=sum(sum(f.values()) for f in flops))
         if name == "backward":
             parts = [self.phase(problem, n, p) for p in ("grad scatter", "replica backward")]
             parts.append(self.phase(problem, n, "reduce"))
@@ -211,6 +215,8 @@ def bars(timeline: Timeline, step: int | None = None) -> dict[str, tuple[str, fl
 def bound(floor: Floor, bar: float, gpu: float | None) -> str:
     """What bounds a bar, as its numbers show: the floor's resource (the bar within `NEAR` x
     its floor), waits (its GPU worked less than half of it) or slow GPU work (the rest)."""
+    if floor.ms is None and floor.phase in HOW:
+        return "no floor here: the floors were not measured on this many GPUs"
     if floor.ms is None:
         return "no floor here: memory-bound work, whose rate nothing here measures"
     if floor.ms and bar <= NEAR * floor.ms:
@@ -228,17 +234,26 @@ def bound(floor: Floor, bar: float, gpu: float | None) -> str:
     return "above its floor; the bar has no GPU work recorded to tell waits from slow work"
 
 
-def table(timeline: Timeline, floors: Floors, problem: str, step: int | None = None) -> str:
+def table(
+    timeline: Timeline,
+    floors: Floors,
+    problem: str,
+    step: int | None = None,
+    names: dict[str, str | None] | None = None,
+) -> str:
     """One recorded step (default: the last): per phase what it moves or computes, its floor,
-    its longest GPU bar, the GPU work in that bar and the ratio; then what bounds each."""
+    its longest GPU bar, the GPU work in that bar and the ratio; then what bounds each.
+    ``names`` maps a phase to the floor it has where that is not its own name (None: none)."""
     n = len([row for row in timeline.devices() if row != "host"])
-    head = f"{'phase':>16} {'amount':>12} {'floor':>9} {'bar':>9} {'GPU work':>9} {'bar/floor':>9}"
+    names = names or {}
+    head = f"{'phase':>22} {'amount':>12} {'floor':>9} {'bar':>9} {'GPU work':>9} {'bar/floor':>9}"
     lines, said = [head + "  (ms; the bar: the longest GPU row's)"], []
     for name, (row, bar, gpu) in bars(timeline, step).items():
-        f = floors.phase(problem, n, name)
+        floor_of = names.get(name, name)
+        f = floors.phase(problem, n, floor_of) if floor_of else Floor("", None)
         cells = [f"{f.ms:.3f}" if f.ms is not None else "-", f"{bar:.3f}"]
         cells += ["-" if gpu is None else f"{gpu:.3f}", f"{bar / f.ms:.1f}" if f.ms else "-"]
-        lines.append(f"{name:>16} {f.amount():>12} " + " ".join(f"{c:>9}" for c in cells))
+        lines.append(f"{name:>22} {f.amount():>12} " + " ".join(f"{c:>9}" for c in cells))
         said.append(f"{name} ({row}): {bound(f, bar, gpu)}.")
     return "\n".join([*lines, "", *said])
 

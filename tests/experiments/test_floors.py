@@ -146,8 +146,14 @@ def test_each_phase_floor_is_its_bytes_over_its_rate(recorded):
     assert recorded.phase("mlp", 4, "forward").ms == pytest.approx(flops / 50e12 * 1e3)
     parts = [recorded.phase("mlp", 4, p).ms for p in ("grad scatter", "replica backward", "reduce")]
     assert recorded.phase("mlp", 4, "backward").ms == pytest.approx(sum(parts))
+    both = recorded.phase("mlp", 4, "forward+backward")  # a graph replaying both
+    assert both.ms == pytest.approx(
+        sum(recorded.phase("mlp", 4, p).ms for p in ("forward", "replica backward"))
+    )
     assert recorded.phase("mlp", 4, "optimizer").ms is None  # not modelled
     assert recorded.phase("mlp", 2, "replicate").ms is None  # NCCL was measured on 4 GPUs
+    said = floors.bound(recorded.phase("mlp", 2, "replicate"), 1.0, 0.5)
+    assert said == "no floor here: the floors were not measured on this many GPUs"
 
 
 def test_the_table_says_what_bounds_each_bar(recorded):
@@ -167,6 +173,9 @@ def test_the_table_says_what_bounds_each_bar(recorded):
     assert "scatter (cuda:0): bounded by copies from the first GPU" in text
     assert "forward (cuda:1): bounded by its own GPU work, 11.0 x the floor" in text
     assert "optimizer (cuda:0): no floor here" in text
+    renamed = floors.table(timeline, recorded, "mlp", names={"scatter": None, "optimizer": "x"})
+    assert "scatter (cuda:0): no floor here: memory-bound work" in renamed
+    assert "optimizer (cuda:0): no floor here" in renamed
     forward = floors.Floor("forward", floor)
     assert floors.bound(forward, 10 * floor, floor).startswith("bounded by waits")
     assert floors.bound(forward, 10 * floor, None).startswith("above its floor")
