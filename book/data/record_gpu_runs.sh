@@ -8,6 +8,7 @@
 # the machine as its hardware names itself, the versions, and the hashes of the files it
 # measured. Parts (PARTS, default "tests"), each independent of the others' failures:
 #   tests        pytest -m gpu, then the README's first example on the GPU
+#   floors       copy and NCCL bandwidths, matmul and conv throughput, bytes and FLOPs counted
 #   measure      every chapter's per-device measurement, twice (chapters.json, -repeat)
 #   chain        the chain benchmark (scattered vs gathered and scattered again)
 #   bench        one device, learn_parallel, torch's DataParallel, DDP at DEVICES (1,2,4)
@@ -37,6 +38,7 @@ run() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" 
 
 has tests && run gpu-tests 400 python -m pytest -m gpu -q -rs -p no:cacheprovider tests/
 has tests && run readme 120 python -m pytest -q -p no:cacheprovider tests/book/test_readme.py
+has floors && run floors 150 python -m experiments.floors --out "$rec"
 has measure && run measure 400 python -m experiments.measure --out "$rec"
 has measure && run measure-repeat 400 python -m experiments.measure --out "$logs/repeat" \
   && mv "$logs/repeat/chapters.json" "$rec/chapters-repeat.json"

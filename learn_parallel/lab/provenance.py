@@ -58,6 +58,9 @@ MEASURED: dict[str, list[str]] = {
     "gather_probe.json": _files("lab/gather_probe", "experiments/gather_probe"),
     "torchrun.json": _files("ladder/launch", "ladder/train", "ladder/distributed", "phases")
     + _files("ladder/collectives", "experiments/torchrun_times"),
+    # The counts mirror the workloads and the chapters' measurements (experiments/floor_counts).
+    "floors.json": _files("lab/workloads", "lab/measure", "experiments/floors")
+    + _files("experiments/floor_counts"),
 }
 
 

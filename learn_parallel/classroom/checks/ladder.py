@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from learn_parallel.classroom import exercise
+from learn_parallel.classroom.checks import check_predictions
 from learn_parallel.classroom.judge import observe
 from learn_parallel.classroom.tools import forbid, machine
 from learn_parallel.ladder.buckets import GradientBuckets, plan_buckets
@@ -95,3 +96,24 @@ def check_refresh_in_place(refresh: Callable[..., None]) -> None:
         )
     expected = torch.cat([o.reshape(-1) for o in originals]).to(target)
     assert torch.equal(after["flat"], expected), "The flat buffer does not hold the new values."
+
+
+ALL_REDUCE_CASES = [  # (bytes per device, devices, NCCL bus bandwidth in GB/s)
+    (46_758_048, 4, 350.0),
+    (67_141_632, 8, 450.0),
+    (1_000_000, 3, 100.0),
+    (46_758_048, 2, 350.0),
+]
+
+
+def all_reduce_floor_ms(nbytes: int, n: int, bus_gb_per_s: float) -> float:
+    """nccl-tests' bus bandwidth, turned back into a time: 2 (n - 1) / n of the bytes per link."""
+    return 2 * (n - 1) / n * nbytes / (bus_gb_per_s * 1e9) * 1e3
+
+
+@exercise("allreduce-floor", "Predict the all-reduce")
+def check_all_reduce_floor(fn: Callable[[int, int, float], float]) -> str:
+    def case(nbytes: int, n: int, bus: float) -> str:
+        return f"all_reduce_ms({nbytes}, {n}, {bus}): {nbytes} bytes on each of {n} devices"
+
+    return check_predictions(fn, ALL_REDUCE_CASES, all_reduce_floor_ms, case)

@@ -7,6 +7,7 @@ from torch import nn
 
 import learn_parallel as lp
 from learn_parallel.classroom import exercise
+from learn_parallel.classroom.checks import check_predictions
 from learn_parallel.classroom.tools import machine, spy
 
 
@@ -49,3 +50,24 @@ def manual_grad(fn) -> str:
     m(x).sum().backward()
     assert torch.allclose(got, m[0].weight.grad, atol=1e-6), "gradients differ from one device"
     return "same gradient as one device"
+
+
+COPY_CASES = [  # (bytes, devices, GB/s of one copy between two devices)
+    (16_793_600, 4, 350.0),
+    (46_758_048, 2, 400.0),
+    (1_000_000, 8, 50.0),
+    (4096, 3, 25.0),
+]
+
+
+def copies_floor_ms(nbytes: int, n: int, gb_per_s: float) -> float:
+    """One copy of ``nbytes`` to each of the n - 1 other devices, one after another."""
+    return (n - 1) * nbytes / (gb_per_s * 1e9) * 1e3
+
+
+@exercise("replicate-floor", "Predict the copies")
+def copies_ms(fn) -> str:
+    def case(nbytes: int, n: int, gb_per_s: float) -> str:
+        return f"copies_ms({nbytes}, {n}, {gb_per_s}): {nbytes} bytes from the first of {n} devices"
+
+    return check_predictions(fn, COPY_CASES, copies_floor_ms, case)

@@ -66,4 +66,22 @@ def refresh(originals, replica_params, flat):
         p.copy_(o)
 """,
     },
+    "allreduce-floor": {
+        "forgets the ring's 2(N-1)/N: the bytes over the bus bandwidth": """
+def all_reduce_ms(nbytes, n, bus_gb_per_s):
+    return nbytes / (bus_gb_per_s * 1e9) * 1e3
+""",
+        "counts (N-1) copies, as replicate's": """
+def all_reduce_ms(nbytes, n, bus_gb_per_s):
+    return (n - 1) * nbytes / (bus_gb_per_s * 1e9) * 1e3
+""",
+        "takes 2 for 2(N-1)/N": """
+def all_reduce_ms(nbytes, n, bus_gb_per_s):
+    return 2 * nbytes / (bus_gb_per_s * 1e9) * 1e3
+""",
+        "keeps only the reduce-scatter half, (N-1)/N": """
+def all_reduce_ms(nbytes, n, bus_gb_per_s):
+    return (n - 1) / n * nbytes / (bus_gb_per_s * 1e9) * 1e3
+""",
+    },
 }

@@ -33,4 +33,26 @@ def manual_grad(model, x):
     return model[0].weight.grad
 """,
     },
+    "replicate-floor": {
+        "forgets the (N-1) copies: one copy's time": """
+def copies_ms(nbytes, n, gb_per_s):
+    return nbytes / (gb_per_s * 1e9) * 1e3
+""",
+        "counts a copy to the first device too": """
+def copies_ms(nbytes, n, gb_per_s):
+    return n * nbytes / (gb_per_s * 1e9) * 1e3
+""",
+        "takes the copies to run side by side, each over its own link": """
+def copies_ms(nbytes, n, gb_per_s):
+    return nbytes / (n - 1) / (gb_per_s * 1e9) * 1e3
+""",
+        "gives seconds, not milliseconds": """
+def copies_ms(nbytes, n, gb_per_s):
+    return (n - 1) * nbytes / (gb_per_s * 1e9)
+""",
+        "reads GB/s as GiB/s": """
+def copies_ms(nbytes, n, gb_per_s):
+    return (n - 1) * nbytes / (gb_per_s * 2**30) * 1e3
+""",
+    },
 }
