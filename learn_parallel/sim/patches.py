@@ -1,13 +1,13 @@
 """Everything the simulator changes in torch, when, and why: one table, and its installer.
 
 `PATCHES` is the table the devices chapter shows (`markdown`); a test checks it against
-torch itself. The `IMPORT` rows make ``sim`` a device torch parses and dispatches to:
-`learn_parallel.sim.backend` makes them when learn_parallel is imported on a machine
-without GPUs (beside a GPU, at the first use), and CPU tensors never reach them. The
-others would change what CPU-only code sees, so `install` makes them at the simulator's
-*first use*: the first tensor made on a simulated device (`learn_parallel.sim.creation`),
-torch initializing ``sim`` (``torch.sim._lazy_init``), a function of ``torch.sim`` that
-acts on a device, or `learn_parallel.sim.enable`.
+torch itself. The `IMPORT` rows make ``sim`` a device torch parses, dispatches to and loads
+onto (`learn_parallel.sim.backend` makes them when learn_parallel is imported on a machine
+without GPUs; beside a GPU, at the first use); for anything else they do what torch does.
+The others would change what CPU-only code sees, so `install` makes them at the *first
+use*: the first tensor made on a simulated device (`learn_parallel.sim.creation`), torch
+initializing ``sim`` (``torch.sim._lazy_init``), a function of ``torch.sim`` that acts on
+a device, or `learn_parallel.sim.enable`.
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ PATCHES = (
         IMPORT,
         "`torch.load(f, map_location='sim:1')` rebuilds tensors on a simulated device (and is "
         "a first use); torch's own rule for the renamed backend would ask `torch.sim`, which "
-        "is not available before the first use. Other locations never reach it",
+        "is not available before the first use. For any other location it answers nothing, "
+        "and torch's own rules apply",
     ),
     Patch(
         "`UninitializedTensorMixin.__torch_function__`",
