@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 
 def run(*args: str) -> str:
     env = {k: v for k, v in os.environ.items() if k != "LEARN_PARALLEL_SIMULATE"}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU machine, where the import registers sim
     done = subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, env=env, timeout=300
     )
