@@ -3,14 +3,16 @@
 `register` names PyTorch's device type for out-of-tree backends (``PrivateUse1``) ``sim``,
 hands PyTorch the device module it asks a backend for (``torch.sim``: device count,
 current device, seeds and random states, memory counters) and registers the kernels that
-*make* tensors on a simulated device (`learn_parallel.sim.creation`). That is all that
-importing learn_parallel does on a machine without GPUs (`register_without_gpus`), so
-``x.to("sim:1")`` works from the first line; the rest of the simulator
-(`learn_parallel.sim.patches`) waits for the first use. `enable` does both, at once.
+*make* tensors on a simulated device, ``torch.load``'s too (`learn_parallel.sim.creation`),
+and lets lazy modules move there. That is all that importing learn_parallel does on a
+machine without GPUs (`register_without_gpus`), so ``x.to("sim:1")`` works from the first
+line; the rest waits for the first use (`learn_parallel.sim.patches` lists it all).
+`enable` does both, at once.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -42,11 +44,11 @@ def _a_use(function: Any) -> Any:
     """``function`` of torch.sim, which installs the rest of the simulator first: calling
     it is using simulated devices."""
 
+    @functools.wraps(function)
     def used(*args: Any, **kwargs: Any) -> Any:
         patches.install()
         return function(*args, **kwargs)
 
-    used.__name__, used.__doc__ = function.__name__, function.__doc__
     return staticmethod(used)
 
 
