@@ -1,6 +1,6 @@
 """The table of the simulator's changes to torch (`learn_parallel.sim.patches`) against torch.
 
-The tests start seven fresh processes (about 3 s of CPU each): two record every attribute
+The tests start seven fresh processes (30 s of CPU in all): two record every attribute
 of torch before ``import learn_parallel``, after it and after the first use of a
 simulated device (``_torch_snapshot.py``); two run CPU-only code with and without the
 import (``_cpu_only_probe.py``); three try what the table says of the first use.
