@@ -25,7 +25,7 @@ from learn_parallel import sim
 from learn_parallel.sim import SIMULATED_DEVICES_ENV
 
 SIMULATED = sim.NAME
-FORCE_SIMULATION_ENV = "LEARN_PARALLEL_SIMULATE"  # "1": simulate even where GPUs exist
+FORCE_SIMULATION_ENV = sim.SIMULATE_ENV  # "1" (or true, yes, on): simulate even beside GPUs
 
 DeviceLike = int | str | torch.device
 
@@ -71,7 +71,7 @@ def device_type() -> str:
     Setting ``LEARN_PARALLEL_SIMULATE=1`` picks simulated devices on a GPU
     machine too, so the CPU lessons (and tests) can run there unchanged.
     """
-    if os.environ.get(FORCE_SIMULATION_ENV) == "1" or not torch.cuda.is_available():
+    if sim.simulation_forced() or not torch.cuda.is_available():
         return SIMULATED
     return "cuda"
 
@@ -87,7 +87,7 @@ def simulate_for_lessons(needed: int = 2) -> str:
     started from here make the same choice.
     """
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus >= needed and os.environ.get(FORCE_SIMULATION_ENV) != "1":
+    if gpus >= needed and not sim.simulation_forced():
         return f"{gpus} GPUs: the lessons run on them."
     os.environ[FORCE_SIMULATION_ENV] = "1"
     note = ""

@@ -88,36 +88,24 @@ def module_tensors(module: nn.Module) -> ModuleTensors:
 def copy_to_devices(tensors: Sequence[torch.Tensor], devices: Sequence[Device]) -> list[list]:
     """``result[d][t]`` is tensor ``t`` on device ``d``; device 0 keeps the originals.
 
-    On GPUs, `broadcast_coalesced` packs the small tensors into a few large
-    buffers, so a model with hundreds of parameters costs a few copies, not
-    hundreds. On simulated devices each tensor is copied with ``.to()``.
+    `broadcast_coalesced` packs the small tensors into a few large buffers, so a
+    model with hundreds of parameters costs a few copies, not hundreds, and every
+    other device's tensors are views into its buffers. On simulated devices the
+    simulator gives torch's function a path of its own (`learn_parallel.sim.comm`).
     """
-    if not devices[0].is_simulated:
-        # Coalescing sends complex tensors as real (..., 2) views: turn them back.
-        copies = torch.cuda.comm.broadcast_coalesced(_as_real(tensors), [d.index for d in devices])
-        if not any(t.is_complex() for t in tensors):
-            return copies
-        return [list(tensors)] + [_as_complex_like(c, tensors) for c in copies[1:]]
-    return [list(tensors)] + [[t.to(d.torch_device) for t in tensors] for d in devices[1:]]
+    # Coalescing sends complex tensors as real (..., 2) views: turn them back.
+    copies = torch.cuda.comm.broadcast_coalesced(_as_real(tensors), [d.index for d in devices])
+    if not any(t.is_complex() for t in tensors):
+        return copies
+    return [list(tensors)] + [_as_complex_like(c, tensors) for c in copies[1:]]
 
 
 def reduce_add_to_source(per_device: Sequence[Sequence[torch.Tensor]], source: Device) -> list:
     """Sum tensor ``t`` over all devices, onto the source device."""
-    if not source.is_simulated:
-        summed = torch.cuda.comm.reduce_add_coalesced(
-            [_as_real(grads) for grads in per_device], destination=source.index
-        )
-        return _as_complex_like(summed, per_device[0])
-    # One copy at a time onto the source device, as torch.cuda.comm.reduce_add
-    # does: the source holds the sum and one incoming copy, never all of them.
-    target = source.torch_device
-    sums = []
-    for copies in zip(*per_device):
-        total = copies[0].to(target, copy=True)
-        for other in copies[1:]:
-            total.add_(other.to(target))
-        sums.append(total)
-    return sums
+    summed = torch.cuda.comm.reduce_add_coalesced(
+        [_as_real(grads) for grads in per_device], destination=source.index
+    )
+    return _as_complex_like(summed, per_device[0])
 
 
 # [copy-to-devices]

@@ -10,7 +10,6 @@ maximum over ranks.
 from __future__ import annotations
 
 import gc
-import os
 import statistics
 import time
 from dataclasses import asdict
@@ -28,6 +27,7 @@ from learn_parallel.lab.steps import make_step, record_timeline, train_step
 from learn_parallel.lab.timing import Hardware, Recorder, Timeline, phase, step_times_ms
 from learn_parallel.lab.workloads import Workload, build_model, make_batch, parameter_count
 from learn_parallel.ladder.distributed import DEFAULT_BUCKET_CAP_MB, DistributedDataParallel
+from learn_parallel.sim import simulation_forced
 
 SCHEMA = "learn_parallel.lab.ddp_timeline/1"
 IMPLEMENTATIONS = {
@@ -97,7 +97,7 @@ def _rank_timeline(step: Any, device: torch.device, rank: int, steps: int) -> li
 def choose_backend(world: int) -> tuple[str, str]:
     """NCCL where every rank has a GPU of its own, else gloo; and one line saying which."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus >= world and os.environ.get("LEARN_PARALLEL_SIMULATE") != "1":
+    if gpus >= world and not simulation_forced():
         return "nccl", f"{world} ranks on {world} GPUs, talking through NCCL."
     where = f"{gpus} GPU" + ("" if gpus == 1 else "s")
     return "gloo", f"{world} ranks as CPU processes, talking through gloo ({where} here)."

@@ -91,6 +91,16 @@ def broadcast_coalesced(
     """
     if not (any_sim(tensors) or (_sim_is_accelerator() and not _any_cuda(tensors))):
         return ORIGINALS["broadcast_coalesced"](tensors, devices, buffer_size)
+    # Below __torch_function__, where CUDA's C++ works: a lazy module's uninitialized
+    # parameters are copied as the empty tensors they are (torch's replicate then refuses
+    # the module with "Modules with uninitialized parameters").
+    with torch._C.DisableTorchFunctionSubclass():
+        return _broadcast_coalesced(tensors, devices, buffer_size)
+
+
+def _broadcast_coalesced(
+    tensors: Sequence[torch.Tensor], devices: Any, buffer_size: int
+) -> list[list[torch.Tensor]]:
     indices = [_get_device_index(d) for d in devices]
     tensors = [_handle_complex(t) for t in tensors]
     if any(t.get_device() != indices[0] for t in tensors):
@@ -112,7 +122,7 @@ def _unflatten(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.T
     # torch's _unflatten_dense_tensors would mix devices: its `like` tensors only give shapes.
     pieces, offset = [], 0
     for tensor in like:
-        pieces.append(flat.narrow(0, offset, tensor.numel()).view(tensor.shape).detach())
+        pieces.append(flat.narrow(0, offset, tensor.numel()).view(tensor.size()).detach())
         offset += tensor.numel()
     return pieces
 

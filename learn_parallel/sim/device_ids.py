@@ -1,10 +1,10 @@
-"""How many simulated devices there are, and which one ``device="sim"`` means.
+"""How many simulated devices there are, whether they are forced, which one ``"sim"`` means.
 
-The count comes from ``LEARN_PARALLEL_SIMULATED_DEVICES`` (4 when unset); it is the
-count behind ``torch.sim.device_count()``, and `learn_parallel.devices` asks it here
-for ``device_ids=None`` whenever the lessons run on simulated devices. The current
-device is per thread, as CUDA's is; `follow_current_device` makes torch's own
-``torch.accelerator`` and ``module.to("sim")`` use it.
+The two environment variables are read here: ``LEARN_PARALLEL_SIMULATED_DEVICES`` (the
+count behind ``torch.sim.device_count()`` and ``device_ids=None``; 4 when unset or empty)
+and ``LEARN_PARALLEL_SIMULATE`` (simulate even where GPUs exist: `simulation_forced`).
+The current device is per thread, as CUDA's is; `follow_current_device` makes torch's
+own ``torch.accelerator`` and ``module.to("sim")`` use it.
 """
 
 from __future__ import annotations
@@ -17,11 +17,16 @@ import torch
 NAME = "sim"
 SIMULATED_DEVICES_ENV = "LEARN_PARALLEL_SIMULATED_DEVICES"
 DEFAULT_SIMULATED_DEVICES = 4
+SIMULATE_ENV = "LEARN_PARALLEL_SIMULATE"
+# The usual spellings of a yes and a no (case and surrounding spaces ignored); unset is a no.
+TRUTHY, FALSY = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 
 def device_count() -> int:
     """How many simulated devices exist: ``LEARN_PARALLEL_SIMULATED_DEVICES``, default 4."""
-    raw = os.environ.get(SIMULATED_DEVICES_ENV, str(DEFAULT_SIMULATED_DEVICES))
+    raw = os.environ.get(SIMULATED_DEVICES_ENV, "")
+    if not raw.strip():  # unset or empty: the default, as for any unset option
+        return DEFAULT_SIMULATED_DEVICES
     try:
         count = int(raw)
     except ValueError:
@@ -29,9 +34,23 @@ def device_count() -> int:
     if count < 1:
         raise ValueError(
             f"{SIMULATED_DEVICES_ENV}={raw!r} is not a positive integer; "
-            f"set it to the number of simulated devices you want, e.g. 2."
+            f"set it to the number of simulated devices you want, e.g. 2 "
+            f"(empty or unset: {DEFAULT_SIMULATED_DEVICES})."
         )
     return count
+
+
+def simulation_forced() -> bool:
+    """Whether ``LEARN_PARALLEL_SIMULATE`` asks for simulated devices even where GPUs exist."""
+    raw = os.environ.get(SIMULATE_ENV, "")
+    value = raw.strip().lower()
+    if value in TRUTHY or value in FALSY:
+        return value in TRUTHY
+    raise ValueError(
+        f"{SIMULATE_ENV}={raw!r} is neither on nor off: set it to one of "
+        f"{', '.join(TRUTHY)} to simulate devices even where GPUs exist, or to one of "
+        f"{', '.join(repr(v) for v in FALSY)} (or unset it) to use the GPUs."
+    )
 
 
 DeviceArg = int | str | torch.device | None

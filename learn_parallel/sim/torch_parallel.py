@@ -2,8 +2,8 @@
 
 `install` puts the functions of `learn_parallel.sim.comm` in place of
 ``torch.nn.parallel.comm``'s (and ``torch.cuda.comm``'s, the same functions).
-It runs from `learn_parallel.sim.enable`, so nothing is replaced on a machine that
-never turns simulated devices on. NCCL cannot be given a simulated path:
+It runs at the simulator's first use (`learn_parallel.sim.patches`), so nothing is
+replaced in a process that never uses a simulated device. NCCL cannot be given a simulated path:
 ``torch.cuda.nccl``'s collectives raise an error that names the alternative on
 simulated tensors, and ``nccl.is_available`` answers False for them (as it does
 for any tensor NCCL cannot take), so ``reduce_add`` takes torch's own
@@ -12,7 +12,6 @@ device-to-device path, which needs nothing from C++.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +20,7 @@ import torch
 
 from learn_parallel.sim import comm as sim_comm
 from learn_parallel.sim.comm import COMM_NAMES, ORIGINALS, any_sim
-from learn_parallel.sim.device_ids import NAME
+from learn_parallel.sim.device_ids import NAME, simulation_forced
 
 NCCL_NAMES = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter")
 _installed = threading.Lock()
@@ -60,7 +59,7 @@ def _nccl_is_available(tensors: Any) -> bool:
 
 
 def install() -> None:
-    """Give torch's collectives their simulated path (once; called by `sim.enable`)."""
+    """Give torch's collectives their simulated path (once; see `learn_parallel.sim.patches`)."""
     import torch.cuda.comm as cuda_comm
     import torch.cuda.nccl as nccl
     import torch.nn.parallel.comm as comm
@@ -96,7 +95,7 @@ def _prefer_simulated_devices() -> None:
     all_indices = data_parallel._get_all_device_indices
 
     def forced() -> bool:
-        return os.environ.get("LEARN_PARALLEL_SIMULATE") == "1" and torch.cuda.is_available()
+        return simulation_forced() and torch.cuda.is_available()
 
     data_parallel._get_available_device_type = lambda: NAME if forced() else device_type()
     data_parallel._get_all_device_indices = lambda: (

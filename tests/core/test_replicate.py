@@ -168,3 +168,25 @@ def test_replicas_share_hooks_and_python_attributes():
     for r, device in zip(replicas, SIM):
         r(torch.ones(1, 2, device=device))
     assert calls == replicas
+
+
+def test_replicas_on_simulated_devices_are_views_into_one_flat_buffer_per_dtype():
+    """As torch's replicate gives on GPUs: both go through broadcast_coalesced, which packs
+    each dtype's parameters into one buffer per device (these are far below its 10 MiB)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2).double()).to(SIM[0])
+    ours = lp.replicate(net, [0, 1, 2])
+    torchs = torch.nn.parallel.replicate(net, SIM[:3])
+    for replicas in (ours, torchs):
+        assert replicas[0][0].weight.data_ptr() == net[0].weight.data_ptr()  # the originals
+        for replica in replicas[1:]:
+            params = [p for layer in replica for p in (layer.weight, layer.bias)]  # copies
+            for layer, dtype in ((replica[0], torch.float32), (replica[1], torch.float64)):
+                pair = (layer.weight, layer.bias)
+                assert len({p.untyped_storage().data_ptr() for p in pair}) == 1
+                assert [p.storage_offset() for p in pair] == [0, layer.weight.numel()]
+                assert layer.weight.dtype == dtype  # weight, then bias, end to end
+            assert len({p.untyped_storage().data_ptr() for p in params}) == 2  # one per dtype
+    layout = [[(p.storage_offset(), p.shape) for p in r.parameters()] for r in ours]
+    torch_layout = [[(r[i].weight, r[i].bias) for i in (0, 1)] for r in torchs]
+    assert layout == [[(p.storage_offset(), p.shape) for ps in r for p in ps] for r in torch_layout]

@@ -2,6 +2,8 @@
 
 CUDA (torch's LazyModuleMixin docs): ``nn.LazyLinear(4).to("cuda:0")`` keeps its parameters
 uninitialized on cuda:0, and the first forward makes them there, with the input's sizes.
+Through torch's DataParallel an uninitialized module is refused by torch's own code on
+both kinds of device (the GPU test beside the simulated one, run by ``pytest -m gpu``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from learn_parallel import sim
 
 
 @pytest.fixture(autouse=True)
-def _on():
+def _on(request):
+    if request.node.get_closest_marker("gpu"):  # sim would break CUDA's autograd
+        yield
+        return
     sim.enable()
     yield
     torch.sim.set_device(0)
@@ -80,3 +85,40 @@ def test_an_uninitialized_buffer_moves_back_and_is_still_refused_where_torch_ref
     assert module.running_mean.device == torch.device("cpu")
     with pytest.raises(ValueError, match="Attempted to use an uninitialized parameter"):
         nn.LazyLinear(4).to("sim:0").weight + 1  # torch's own error, unchanged
+
+
+def test_broadcast_coalesced_copies_uninitialized_parameters_as_the_empty_tensors_they_are():
+    """What CUDA's C++ does: it never sees LazyLinear's refusal, only empty tensors."""
+    lazy = nn.LazyLinear(3).to("sim:0")
+    copies = torch.nn.parallel.comm.broadcast_coalesced([lazy.weight, lazy.bias], [0, 1])
+    assert copies[0][0] is lazy.weight and copies[0][1] is lazy.bias  # device 0: the originals
+    assert [(type(t), t.device, t.numel()) for t in copies[1]] == [
+        (sim.SimTensor, torch.device("sim:1"), 0)
+    ] * 2
+
+
+# With gradients, torch's Broadcast returns device 0's inputs, whose view the mixin refuses;
+# without, the copies reach replicate, which refuses the lazy module.
+LAZY_REFUSAL = {
+    True: "Attempted to use an uninitialized parameter in <method 'view_as'",
+    False: "Modules with uninitialized parameters can't be used with `DataParallel`",
+}
+
+
+def _torchs_data_parallel_on_a_lazy_module(device: str, grad: bool) -> str:
+    module = nn.LazyLinear(3).to(f"{device}:0")
+    x = torch.ones(4, 2, device=f"{device}:0")
+    with torch.set_grad_enabled(grad), pytest.raises((ValueError, RuntimeError)) as caught:
+        torch.nn.DataParallel(module, device_ids=[0, 1])(x)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("grad", [True, False])
+def test_torchs_data_parallel_refuses_a_lazy_module_with_torchs_own_errors(grad):
+    assert LAZY_REFUSAL[grad] in _torchs_data_parallel_on_a_lazy_module("sim", grad)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("grad", [True, False])
+def test_on_gpus_torchs_data_parallel_refuses_a_lazy_module_with_the_same_errors(grad):
+    assert LAZY_REFUSAL[grad] in _torchs_data_parallel_on_a_lazy_module("cuda", grad)
