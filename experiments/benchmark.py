@@ -27,7 +27,7 @@ from learn_parallel.devices import (
     device_count,
     device_count_error,
     device_type,
-    resolve_device_ids,
+    resolve_devices,
 )
 from learn_parallel.lab import provenance
 from learn_parallel.lab.ddp_timeline import choose_backend
@@ -173,7 +173,7 @@ def measure_in_process(
     else:
         trace = None
     with failure_becomes_row(row, limit=500):
-        devices = resolve_device_ids(list(range(row["devices"])))  # single: one device
+        devices = resolve_devices(list(range(row["devices"])))  # single: one device
         if implementation == "replicated":  # the ladder's top rung: DDP's shape, one process
             top = replicated(overlap=True, per_device_inputs=True, cuda_graphs=on_gpus())
             step, _ = top(group.workload, devices)
@@ -327,7 +327,7 @@ def _count_on_meta(workload: Workload, seed: int) -> int:
 
 
 def _metadata(settings: Settings, command: str, seconds: float, threads: str) -> dict[str, Any]:
-    used = resolve_device_ids(list(range(max(settings.devices))))
+    used = resolve_devices(list(range(max(settings.devices))))
     return {
         **provenance.run_metadata(command),
         "hardware": describe_hardware(used).to_dict(),

@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 import torch
 from torch import nn
 
-from learn_parallel.devices import Device, DeviceLike, resolved, to_device
+from learn_parallel.devices import Device, DeviceLike, resolve_devices
 from learn_parallel.phases import phase
 
 
@@ -54,7 +54,7 @@ def parallel_apply(
             f"parallel_apply got {len(modules)} modules, {len(kwargs_tup)} kwargs "
             f"and {len(devices)} devices; they must all have the same length."
         )
-    devices = resolved(devices)
+    devices = resolve_devices(devices)
     jobs = [
         _Job(_bind(module, args, kwargs, device))
         for module, args, kwargs, device in zip(modules, inputs, kwargs_tup, devices)
@@ -80,8 +80,8 @@ def parallel_apply(
 def _infer_device(module: nn.Module, position: int) -> Device:
     for tensor in [*module.parameters(), *module.buffers()]:
         if tensor.device.type in ("cuda", "sim"):  # a GPU or a simulated device
-            return to_device(tensor.device)
-    return to_device(position)
+            return resolve_devices([tensor.device])[0]
+    return resolve_devices([position])[0]
 
 
 # [caller-state]

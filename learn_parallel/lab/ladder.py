@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from learn_parallel.devices import resolve_device_ids, synchronize
+from learn_parallel.devices import resolve_devices, synchronize
 from learn_parallel.lab import provenance
 from learn_parallel.lab.ddp_timeline import choose_backend
 from learn_parallel.lab.ladder_rungs import CLONE_SET, DDP_ROWS, LADDER, LR, SEED, Rung
@@ -59,7 +59,7 @@ def measure_round(
         return  # not applicable here, or failed in an earlier round
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
-        devices = resolve_device_ids(list(range(count)))
+        devices = resolve_devices(list(range(count)))
         step, marked = rung.make(workload, devices)
         times = step_times_ms(step, devices, warmup, steps)
         if marked is not None and timeline_steps > 0 and "timeline" not in row:
@@ -75,7 +75,7 @@ def measure_round(
 
 def replicate_host_ms(workload: Workload, count: int, repeats: int = 20) -> dict[str, float]:
     """Median host time of one replicate call per strategy (no synchronize inside the timing)."""
-    devices = resolve_device_ids(list(range(count)))
+    devices = resolve_devices(list(range(count)))
     model = build_model(workload).to(devices[0].torch_device)
     result = {}
     for name, strategy in (("broadcast", replicate), ("clone", clone_replicate)):
@@ -177,7 +177,7 @@ def run(
         if row["status"] == "ok" and (ms := row["repeats"]):  # the rounds' medians
             row.update(step_ms=statistics.median(ms), step_ms_min=min(ms), step_ms_max=max(ms))
     host = {w.kind: replicate_host_ms(w, count) for w in workloads} if which == "clone" else {}
-    hardware = describe_hardware(resolve_device_ids(list(range(count))))
+    hardware = describe_hardware(resolve_devices(list(range(count))))
     report = {
         "schema": SCHEMA,
         "set": which,
