@@ -132,18 +132,24 @@ def first_device() -> torch.device:
 
 
 def resolve_devices(
-    ids: Sequence[DeviceLike | Device] | DeviceLike | Device | None, *, output: bool = False
+    ids: Sequence[DeviceLike | Device] | DeviceLike | Device | None,
+    *,
+    output: bool = False,
+    shared: bool = False,
 ) -> list[Device] | Device:
     """What a user passes, as checked devices: the one place device ids are read.
 
     ``ids`` is a ``device_ids`` list: None means every device; each id is ``1``,
-    ``"cuda:1"``, ``"sim:1"`` or a ``torch.device``; each device may be listed once.
+    ``"cuda:1"``, ``"sim:1"`` or a ``torch.device``; each device may be listed once
+    (``shared=True``: more often, as parallel_apply's replicas may share a device).
     With ``output=True``, ``ids`` is one ``output_device`` instead, and the CPU
     (``"cpu"`` or ``-1``) is allowed: outputs may be gathered to host memory. A
     `Device` passes unchanged: it was checked here when it was made.
     """
     if output:
-        return ids if isinstance(ids, Device) else _parse(ids, device_type(), allow_cpu=True)
+        if isinstance(ids, Device):
+            return ids
+        return _parse(ids, device_type(), device_count(), allow_cpu=True)
     if ids is None:
         return [Device(device_type(), i) for i in range(device_count())]
     if isinstance(ids, int | str | torch.device | Device):
@@ -154,9 +160,9 @@ def resolve_devices(
         )
     if all(isinstance(d, Device) for d in ids):
         return list(ids)
-    kind = device_type()  # read once for the whole list: every step of a forward calls this
-    devices = [d if isinstance(d, Device) else _parse(d, kind) for d in ids]
-    if len(set(devices)) < len(devices):
+    kind, count = device_type(), device_count()  # once a list: steps of a forward call this
+    devices = [d if isinstance(d, Device) else _parse(d, kind, count) for d in ids]
+    if not shared and len(set(devices)) < len(devices):
         twice = next(d for d in devices if devices.count(d) > 1)
         raise ValueError(
             f"device_ids lists {twice} twice ({list(map(str, devices))}); "
@@ -165,8 +171,8 @@ def resolve_devices(
     return devices
 
 
-def _parse(device: DeviceLike, kind: str, allow_cpu: bool = False) -> Device:
-    """One id as a `Device` of this machine's ``kind``, or an error that says what to pass."""
+def _parse(device: DeviceLike, kind: str, count: int, allow_cpu: bool = False) -> Device:
+    """One id as a `Device` of this machine's ``kind`` (``count`` of them), or a clear error."""
     if isinstance(device, bool) or not isinstance(device, int | str | torch.device):
         raise TypeError(
             f"Expected a device id (int, 'cuda:N' or torch.device), got {device!r} "
@@ -198,7 +204,6 @@ def _parse(device: DeviceLike, kind: str, allow_cpu: bool = False) -> Device:
             f"{'GPUs' if kind == 'cuda' else 'simulated CPU devices'}; "
             f"pass plain integer ids such as [0, 1] instead."
         )
-    count = device_count()
     if not 0 <= parsed.index < count:
         fix = (
             "Check device_ids against CUDA_VISIBLE_DEVICES."

@@ -16,6 +16,7 @@
 #   workers      fresh vs persistent worker threads      timeline recorded spans vs steps
 #   recorder     what recording a step costs             gatherprobe  torch's gather on odd outputs
 #   trace        Perfetto traces of two ResNet-18 steps (learn_parallel, torch's DataParallel)
+#   host_time    host time of one DataParallel forward, ids parsed per forward (log only)
 #   notebooks    every chapter executed unchanged, JOBS at a time (needs nbclient, ipykernel)
 # book/data/README.md says which runs made the shipped recordings.
 set -uo pipefail
@@ -49,6 +50,7 @@ has workers && run workers 240 python -m experiments.persistent_workers --out "$
 has timeline && run timeline 150 python -m experiments.timeline_check --out "$rec" --devices 2
 has recorder && run recorder 150 python -m experiments.recorder_cost --out "$rec" --devices 2
 has gatherprobe && run gatherprobe 60 python -m experiments.gather_probe --out "$rec"
+has host_time && run host_time 200 python -m experiments.host_time --json
 if has trace; then
   run trace 200 python -m experiments.bench --devices 2 --workloads conv --cudnn-benchmark off \
     --implementations learn_parallel,torch_dp --warmup 3 --steps 5 --timeline-steps 0 \
