@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from learn_parallel.devices import Device, device_count, resolve_device_ids
+from learn_parallel.devices import Device, device_count, resolve_devices
 from learn_parallel.lab import provenance
 
 
@@ -38,7 +38,7 @@ def driver_parser(
 
 def first_devices(count: int) -> list[Device]:
     """This machine's first ``count`` devices, or all of them where it has fewer."""
-    return resolve_device_ids(list(range(min(count, device_count()))))
+    return resolve_devices(list(range(min(count, device_count()))))
 
 
 def write_record(out: Path, name: str, report: dict[str, Any]) -> Path:

@@ -1,6 +1,7 @@
 """The benchmark as a function: one device, both DataParallels and DDP, side by side.
 
-``python -m experiments.bench`` is its command line (from a clone; the wheel ships neither).
+``python -m experiments.bench`` is its command line (from a clone; the wheel ships neither);
+what a run measures (`Settings`, `Group`) is in ``experiments/bench_settings.py``.
 
 Every measurement is a full training step (`steps.train_step`) on synthetic data: warm-up
 steps, then timed steps, each ended by a synchronize of every device; the median is
@@ -15,20 +16,18 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import torch
 
+# IMPLEMENTATIONS, settings and device_count_error: experiments/bench.py reads them here.
+from experiments.bench_settings import IMPLEMENTATIONS as IMPLEMENTATIONS
+from experiments.bench_settings import Group, Settings, groups_of, on_gpus
+from experiments.bench_settings import settings as settings
 from experiments.ddp_times import time_ddp
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import (
-    device_count,
-    device_count_error,
-    device_type,
-    resolve_device_ids,
-)
+from learn_parallel.devices import device_count_error as device_count_error
+from learn_parallel.devices import resolve_devices
 from learn_parallel.lab import provenance
 from learn_parallel.lab.ddp_timeline import choose_backend
 from learn_parallel.lab.ladder_rungs import replicated
@@ -42,114 +41,10 @@ from learn_parallel.lab.steps import (
 )
 from learn_parallel.lab.timing import describe_hardware, step_times_ms
 from learn_parallel.lab.trace import chrome_trace
-from learn_parallel.lab.workloads import SIZES, Workload, build_model, parameter_count
+from learn_parallel.lab.workloads import Workload, build_model, parameter_count
 
-IMPLEMENTATIONS = ("single", "learn_parallel", "torch_dp", "replicated", "ddp")
 SCHEMA = "learn_parallel.lab.bench/1"  # unchanged since the module moved: old files read alike
 WRAPPERS = {"single": one_device, "learn_parallel": DataParallel, "torch_dp": torch.nn.DataParallel}
-
-
-def on_gpus() -> bool:
-    """Whether DataParallel runs on GPUs here (not with ``LEARN_PARALLEL_SIMULATE=1``)."""
-    return device_type() == "cuda"
-
-
-@dataclass
-class Settings:
-    """A resolved benchmark run: what to measure, and how long."""
-
-    workloads: list[Workload]
-    devices: list[int]
-    implementations: list[str]
-    cudnn_modes: list[bool]
-    warmup: int
-    steps: int
-    timeline_steps: int
-    lr: float = 0.01
-    seed: int = 0
-    ddp_timeout: float = 300.0
-    notes: list[str] = field(default_factory=list)
-    trace: Path | None = None  # Chrome/Perfetto traces: PATH's stem + "-<group>-<impl>-<n>.json"
-
-
-def settings(
-    quick: bool = False,
-    devices: Sequence[int] | None = None,
-    workloads: Sequence[str] = ("mlp", "conv"),
-    implementations: Sequence[str] = IMPLEMENTATIONS,
-    cudnn_benchmark: str | None = None,
-    warmup: int | None = None,
-    steps: int | None = None,
-    timeline_steps: int | None = None,
-    sizes: dict[str, dict[str, Any]] | None = None,
-    **rest: Any,
-) -> Settings:
-    """A run with every unset choice filled in for this machine (GPU or CPU) and ``quick``.
-
-    ``sizes`` overrides workload fields, e.g. ``{"mlp": {"batch": 256}}``; ``rest`` sets
-    the remaining `Settings` fields (``lr``, ``seed``, ``ddp_timeout``, ``trace``).
-    """
-    size = "quick" if quick else "gpu" if on_gpus() else "cpu"
-
-    def pick(value: Any, gpu: Any, cpu: Any, quick_value: Any) -> Any:
-        return value if value is not None else {"gpu": gpu, "cpu": cpu, "quick": quick_value}[size]
-
-    available = device_count()
-    counts = sorted(set(devices or ([1, 2] if quick else [1, 2, 4, 8, 16, available])))
-    counts = [n for n in counts if n <= available] if devices is None else counts
-    problem = device_count_error(max(counts))
-    if problem:
-        raise ValueError(problem)
-    notes = []
-    if "single" in implementations and 1 not in counts:
-        notes.append("single is always measured on one device")
-    chosen = [
-        replace(SIZES[size][kind], **(sizes or {}).get(kind, {})).resolved()
-        for kind in ("mlp", "conv")
-        if kind in workloads
-    ]
-    mode = pick(cudnn_benchmark, "both", "off", "both" if on_gpus() else "off")
-    return Settings(
-        workloads=chosen,
-        devices=counts,
-        implementations=[i for i in IMPLEMENTATIONS if i in implementations],
-        cudnn_modes={"off": [False], "on": [True], "both": [False, True]}[mode],
-        warmup=pick(warmup, 5, 2, 2),
-        steps=max(1, pick(steps, 20, 5, 5)),
-        timeline_steps=pick(timeline_steps, 3, 3, 2),
-        notes=notes,
-        **rest,
-    )
-
-
-@dataclass(frozen=True)
-class Group:
-    """One workload under one cudnn.benchmark setting: one table, one set of plots."""
-
-    workload: Workload
-    cudnn_benchmark: bool | None  # None: the setting does not matter (MLP, or no GPU)
-
-    @property
-    def key(self) -> str:
-        if self.cudnn_benchmark is None:
-            return self.workload.kind
-        return f"{self.workload.kind}-cudnn-benchmark-{'on' if self.cudnn_benchmark else 'off'}"
-
-    def title(self) -> str:
-        extra = ""
-        if self.cudnn_benchmark is not None:
-            extra = f", cudnn.benchmark {'on' if self.cudnn_benchmark else 'off'}"
-        return self.workload.describe() + extra
-
-
-def groups_of(settings: Settings) -> list[Group]:
-    groups = []
-    for w in settings.workloads:
-        if w.kind == "conv" and on_gpus():
-            groups += [Group(w, mode) for mode in settings.cudnn_modes]
-        else:
-            groups.append(Group(w, None))
-    return groups
 
 
 def measure_in_process(
@@ -173,7 +68,7 @@ def measure_in_process(
     else:
         trace = None
     with failure_becomes_row(row, limit=500):
-        devices = resolve_device_ids(list(range(row["devices"])))  # single: one device
+        devices = resolve_devices(list(range(row["devices"])))  # single: one device
         if implementation == "replicated":  # the ladder's top rung: DDP's shape, one process
             top = replicated(overlap=True, per_device_inputs=True, cuda_graphs=on_gpus())
             step, _ = top(group.workload, devices)
@@ -327,7 +222,7 @@ def _count_on_meta(workload: Workload, seed: int) -> int:
 
 
 def _metadata(settings: Settings, command: str, seconds: float, threads: str) -> dict[str, Any]:
-    used = resolve_device_ids(list(range(max(settings.devices))))
+    used = resolve_devices(list(range(max(settings.devices))))
     return {
         **provenance.run_metadata(command),
         "hardware": describe_hardware(used).to_dict(),

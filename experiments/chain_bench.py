@@ -19,7 +19,7 @@ from dataclasses import asdict
 import torch
 
 from experiments import driver_parser, write_record
-from learn_parallel.devices import device_count, resolve_device_ids
+from learn_parallel.devices import device_count, resolve_devices
 from learn_parallel.lab import provenance
 from learn_parallel.lab.chain_bench import Config, measure
 from learn_parallel.lab.timing import describe_hardware
@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    devices = resolve_device_ids(list(range(top)))
+    devices = resolve_devices(list(range(top)))
     if devices[0].is_simulated:
         print("Devices are simulated on the CPU: timings are host clocks, not GPU times.")
     print(f"feature map between the nets: {config.feature_map_mb:.2f} MB per step")

@@ -1,8 +1,7 @@
 """Count the calls of one `learn_parallel.devices` function, wherever the package calls it.
 
-Used by ``experiments/host_time.py`` (calls of ``to_device`` per forward, in its record)
-and by ``tests/core/test_resolve_once.py`` (none in a training step); it imports nothing from
-the lab.
+Used by ``experiments/host_time.py`` (device ids parsed per forward: calls of ``_parse``,
+in its record) and by ``tests/core/test_resolve_once.py``; it imports nothing from the lab.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from learn_parallel import devices as device_module
 
 
 @contextmanager
-def counting(name: str = "to_device") -> Iterator[list[int]]:
+def counting(name: str = "_parse") -> Iterator[list[int]]:
     """Count calls of ``learn_parallel.devices.<name>`` from every loaded package module.
 
     Modules import the function by name, so each module's reference is swapped.

@@ -1,25 +1,13 @@
 """Does torch release the GIL around an ATen call? Two threads of ``torch.mm``.
 
+    python experiments/gil_mm.py   (prints one JSON object; CPU only, no GPU needed)
+
 Feeds the ladder chapter (the rung on Python overhead), the performance chapter (why
 the GIL matters for DataParallel) and the distributed chapter's opening: what
 serialises DataParallel's worker threads is the Python *around* operators
 (``Module.__call__``, hooks, argument parsing), not the operators themselves.
-
-Two measurements, on the CPU (no GPU needed):
-
-1. Mechanism, independent of machine load: with the switch interval raised to 2 s a
-   thread that holds the GIL keeps it, so the main thread can run Python while a second
-   thread works only if that thread released the lock. We count the main thread's loop
-   iterations while the second thread runs (a) three large matrix products, (b) a pure
-   Python loop.
-2. Effect on time: the same work run serially in one thread, then split over two
-   threads (one intra-op thread each): (a) large products, where nearly all the time is
-   inside the ATen call, (b) tiny additions, where most of the time is the Python side of
-   the call (argument parsing, dispatch back to Python objects). A ratio near 2 means the
-   threads overlapped; near 1 or below, that they took turns. The ratio depends on how many
-   cores are free, so the load average and core count are printed with it.
-
-Run: ``python experiments/gil_mm.py`` (prints one JSON object).
+Two measurements: the mechanism (`count_while`, independent of machine load) and
+the effect on time (`timed`, serial against two threads).
 """
 
 from __future__ import annotations
@@ -39,7 +27,13 @@ SIZE = 768  # one product takes tens of ms on one core
 
 
 def count_while(work: Callable[[], None]) -> int:
-    """Main-thread loop iterations while ``work`` runs in a second thread."""
+    """Main-thread loop iterations while ``work`` runs in a second thread.
+
+    With the switch interval raised to 2 s a thread that holds the GIL keeps it, so
+    the main thread can run Python while the second thread works only if that thread
+    released the lock. `main` runs (a) three large matrix products, (b) a pure
+    Python loop.
+    """
     old = sys.getswitchinterval()
     sys.setswitchinterval(2.0)
     started, done = threading.Event(), threading.Event()
@@ -63,7 +57,15 @@ def count_while(work: Callable[[], None]) -> int:
 
 
 def timed(threads: int, calls: int, op: Callable[[], object]) -> float:
-    """Seconds for ``calls`` calls of ``op`` split evenly over ``threads`` threads."""
+    """Seconds for ``calls`` calls of ``op`` split evenly over ``threads`` threads.
+
+    `main` runs the same work serially in one thread, then over two threads (one
+    intra-op thread each): (a) large products, where nearly all the time is inside
+    the ATen call, (b) tiny additions, where most of the time is the Python side of
+    the call (argument parsing, dispatch back to Python objects). A ratio near 2 means
+    the threads overlapped; near 1 or below, that they took turns. The ratio depends on
+    how many cores are free, so the load average and core count are printed with it.
+    """
 
     def work() -> None:
         for _ in range(calls // threads):

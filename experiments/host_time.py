@@ -2,22 +2,11 @@
 
     python -m experiments.host_time [--json]
 
-No chapter plots it: it is the evidence that devices are resolved once per wrapper
-(``book/data/README.md``; ``tests/core/test_resolve_once.py`` checks the same on simulated
-devices). ``book/data/record_gpu_runs.sh`` (part ``host_time``) writes its JSON to
-``host_time/{after,before}-N.json`` (``BEFORE=DIR`` times an older checkout too).
-
-On GPUs, ``DataParallel.forward`` returns once its copies and kernels are
-queued, so the time the calling thread spends inside it is the wrapper's own
-overhead plus kernel launches: the part that device bookkeeping (resolving
-ids, walking parameters) adds to every step. Each timed forward starts with
-every device idle and is timed on the host clock until it returns; the
-median over ``--repeats`` forwards is printed, with the number of calls to
-`learn_parallel.devices.to_device` one forward makes.
-
-On simulated devices the forward runs on the CPU before it returns, so the
-host time there includes the compute; use a small ``--batch`` and
-``--image-size`` to see the overhead.
+No chapter plots it: it is the evidence for what device bookkeeping (parsing ids,
+walking parameters) adds to every step (``tests/core/test_resolve_once.py`` counts
+the same on simulated devices). ``book/data/record_gpu_runs.sh`` (part ``host_time``)
+prints its JSON to the part's log; run it from two checkouts to compare them. How it
+times: `measure`.
 """
 
 from __future__ import annotations
@@ -54,7 +43,15 @@ def host_times_ms(
 
 
 def measure(workload: Workload, warmup: int = 3, repeats: int = 20) -> dict[str, Any]:
-    """Median host time of one DataParallel forward, and ``to_device`` calls per forward."""
+    """Median host time of one DataParallel forward, and device ids parsed per forward.
+
+    On GPUs, ``DataParallel.forward`` returns once its copies and kernels are queued,
+    so the time the calling thread spends inside it is the wrapper's own overhead plus
+    kernel launches. Each timed forward starts with every device idle and is timed on
+    the host clock until it returns. On simulated devices the forward runs on the CPU
+    before it returns, so the host time there includes the compute; use a small
+    ``--batch`` and ``--image-size`` to see the overhead.
+    """
     dp = learn_parallel.DataParallel(build_model(workload))
     source = dp.devices[0].torch_device
     dp.module.to(source)
@@ -70,7 +67,7 @@ def measure(workload: Workload, warmup: int = 3, repeats: int = 20) -> dict[str,
         "host_ms_median": statistics.median(times),
         "host_ms_min": min(times),
         "host_ms_all": times,
-        "to_device_calls_per_forward": calls[0],
+        "ids_parsed_per_forward": calls[0],
     }
 
 
@@ -104,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"  package: {result['package']}\n"
         f"  host time of one forward: median {result['host_ms_median']:.3f} ms, "
         f"min {result['host_ms_min']:.3f} ms over {len(result['host_ms_all'])}\n"
-        f"  to_device calls per forward: {result['to_device_calls_per_forward']}"
+        f"  device ids parsed per forward: {result['ids_parsed_per_forward']}"
     )
     return 0
 

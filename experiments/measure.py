@@ -21,7 +21,7 @@ from dataclasses import asdict
 from typing import Any
 
 from experiments import driver_parser, write_record
-from learn_parallel.devices import Device, device_count, resolve_device_ids
+from learn_parallel.devices import Device, device_count, resolve_devices
 from learn_parallel.lab import measure, provenance
 from learn_parallel.lab.timing import Timeline, describe_hardware
 
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     count = device_count() if args.devices is None else args.devices
     if not 1 <= count <= device_count():
         parser.error(f"--devices must be between 1 and {device_count()}, got {count}.")
-    devices = resolve_device_ids(list(range(count)))
+    devices = resolve_devices(list(range(count)))
     if devices[0].is_simulated:
         print("Devices are simulated on the CPU: timings are host clocks, not GPU times.")
     command = shlex.join(["python", "-m", "experiments.measure", *argv])

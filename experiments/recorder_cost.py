@@ -3,23 +3,12 @@
     python -m experiments.recorder_cost --out DIR [--devices 2] [--steps 9]
 
 For the benchmark's MLP and ResNet-18 (`experiments.timeline_check.workloads_for`)
-on ``--devices`` devices, one DataParallel training step is timed the benchmark's
-way (every device idle at each step's start and end) three times over, interleaved
-round by round so drift hits all three alike:
-
-* ``bare``: nothing listening (each phase mark is a no-op);
-* ``recorder``: `learn_parallel.lab.timing.Recorder` on (CUDA events per phase
-  and device, or the host clock on simulated devices);
-* ``profiler``: ``torch.profiler`` on (CPU and, on GPUs, CUDA activity, every
-  thread), each phase a ``record_function`` range.
-
-It also counts what the profiler hands back per device: the phase ranges on each
-GPU's own timeline (its ``gpu_user_annotation`` events, keyed by GPU) beside the
-host-side ranges. This is the evidence for keeping the
-recorder (issue 23): the per-device bars of the chapters need each phase's span on
-each device, and the cost of getting them decides which tool the chapters use live.
-
-Everything goes to ``DIR/recorder_cost.json``; ``book/data/record_gpu_runs.sh`` runs it.
+on ``--devices`` devices, one DataParallel training step is timed three ways
+(`WAYS`, interleaved: `cost`), and what the profiler hands back per device is
+counted. This is the evidence for keeping the recorder (issue 23): the per-device
+bars of the chapters need each phase's span on each device, and the cost of getting
+them decides which tool the chapters use live. Everything goes to
+``DIR/recorder_cost.json``; ``book/data/record_gpu_runs.sh`` runs it.
 """
 
 from __future__ import annotations
@@ -40,6 +29,9 @@ from learn_parallel.lab import provenance
 from learn_parallel.lab.timing import Recorder, describe_hardware, step_times_ms
 from learn_parallel.lab.trace import profiler
 
+# bare: nothing listening (each phase mark is a no-op); recorder: lab.timing.Recorder on
+# (CUDA events per phase and device, or the host clock on simulated devices); profiler:
+# torch.profiler on (CPU and, on GPUs, CUDA activity, every thread), phases as ranges.
 WAYS = ("bare", "recorder", "profiler")
 
 
@@ -49,7 +41,13 @@ def _timed(step: Callable[[], Any], devices: Sequence[Device]) -> float:
 
 
 def cost(step: Callable[[], Any], devices: Sequence[Device], steps: int) -> dict[str, Any]:
-    """Per way of watching: every step's wall time (ms), rounds interleaved."""
+    """Per way of watching: every step's wall time (ms), rounds interleaved.
+
+    Each step is timed the benchmark's way (every device idle at its start and end),
+    the three ways round by round, so drift hits all three alike. It also counts the
+    profiler's phase ranges on each GPU's own timeline (its ``gpu_user_annotation``
+    events, keyed by GPU) beside the host-side ranges.
+    """
     for _ in range(3):
         step()  # warm-up: kernels chosen, worker threads started
     times: dict[str, list[float]] = {way: [] for way in WAYS}

@@ -1,26 +1,13 @@
 """What one simulated device adds to a training step: ``python -m experiments.sim_cost``.
 
 Feeds the devices chapter's note on the cost of simulated devices (it prints a table;
-nothing is recorded).
-
-One SGD step of a 3-layer MLP (512 wide, batch 256 by default) runs four ways,
-side by side in one run:
-
-- ``cpu``: plain CPU tensors, the reference;
-- ``wrapper on cpu``: the same tensors inside a bare wrapper subclass that
-  reports the CPU as its device: what any tensor whose operations PyTorch hands
-  to Python costs (one Python call per operation, wrapping every result);
-- ``sim:0, bare dispatch``: a simulated device whose dispatch only unwraps, runs
-  and wraps: adds what a device type written in Python costs (PyTorch asks it
-  for device guards, and counts its memory);
-- ``sim:0``: a simulated device as it is, every check on
-  (`learn_parallel.sim`).
-
-Each round runs every variant for a few steps, in a rotated order, so load on
-the machine hits them alike; a ratio is a variant's time over the CPU's time in
-the same round, given as the median and [min, max] over rounds. Host clock
-(``time.perf_counter``) by default: on simulated devices the CPU does all the work;
-``--clock cpu`` counts this process's CPU time, for a machine busy with other work.
+nothing is recorded). One SGD step of a 3-layer MLP (512 wide, batch 256 by default)
+runs four ways, side by side in one run (`make_step`): ``cpu``, plain CPU tensors, the
+reference; ``wrapper on cpu``, the same inside a bare wrapper subclass (`Wrapped`):
+what any tensor whose operations PyTorch hands to Python costs; ``sim:0, bare
+dispatch`` (`bare_dispatch`): adds what a device type written in Python costs (device
+guards, memory counts); ``sim:0``: a simulated device as it is, every check on.
+How the rounds are timed: `measure`.
 """
 
 from __future__ import annotations
@@ -127,7 +114,10 @@ def measure(
 ) -> dict:
     """Per variant: ms per step in each round, and its ratio to the CPU in that round.
 
-    ``clock="cpu"`` times the process's CPU time instead of the host clock: on a machine
+    Each round runs every variant for a few steps, in a rotated order, so load on the
+    machine hits them alike; a ratio is given as the median and [min, max] over rounds.
+    The host clock (``time.perf_counter``) by default: on simulated devices the CPU does
+    all the work. ``clock="cpu"`` times the process's CPU time instead: on a machine
     that other work keeps busy it counts only this process's work.
     """
     now = time.perf_counter if clock == "host" else time.process_time

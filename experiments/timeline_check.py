@@ -3,16 +3,8 @@
     python -m experiments.timeline_check --out DIR [--devices 2] [--steps 5]
 
 For the MLP and ResNet-18 of the benchmark (`learn_parallel.lab.workloads`) on
-``--devices`` devices, this times training steps the way the benchmark does
-(every device idle at each step's start and end), then records the same steps
-twice: with the devices synchronised between recorded steps (what
-`Recorder.steps` does by default) and without (what the recorder did before).
-For each it prints `step_spans`: the span a timeline plot shows, when the
-first device row began after the host row began, and when the devices had
-finished the step before. It also checks the clock alignment itself: two
-reference events taken on idle GPUs some time apart must be as far apart on
-the GPU clock as on the host clock.
-
+``--devices`` devices: `check_workload` compares measured step times with recorded
+timelines, and `clock_alignment` checks that the GPU clock and the host clock agree.
 Everything goes to ``DIR/timeline_check.json``, which the data_parallel and performance
 chapters read (``book/data/record_gpu_runs.sh``, part ``timeline``, runs it on 2 GPUs);
 ``tests/gpu/test_gpu_timeline.py`` checks the same on any GPU machine.
@@ -51,7 +43,15 @@ def make_step(workload: Workload, devices: Sequence[Device]):
 
 
 def check_workload(workload: Workload, devices: Sequence[Device], steps: int = 5) -> dict[str, Any]:
-    """Measured step times, and the step spans of timelines recorded with and without syncs."""
+    """Measured step times, and the step spans of timelines recorded with and without syncs.
+
+    Steps are timed the way the benchmark does (every device idle at each step's start
+    and end), then the same steps are recorded twice: with the devices synchronised
+    between recorded steps (what `Recorder.steps` does by default) and without (what
+    the recorder did before). For each it keeps `step_spans`: the span a timeline plot
+    shows, when the first device row began after the host row began, and when the
+    devices had finished the step before.
+    """
     step, devs = make_step(workload, devices)
     measured = step_times_ms(step, devs, warmup=3, steps=max(steps, 7))
     result: dict[str, Any] = {
@@ -75,7 +75,11 @@ def check_workload(workload: Workload, devices: Sequence[Device], steps: int = 5
 
 
 def clock_alignment(devices: Sequence[Device], gap_s: float = 0.2) -> list[dict[str, float]]:
-    """Per GPU: host-clock vs event-clock distance between two idle-GPU reference events."""
+    """Per GPU: host-clock vs event-clock distance between two idle-GPU reference events.
+
+    Two reference events taken on idle GPUs some time apart must be as far apart on the
+    GPU clock as on the host clock.
+    """
     rows = []
     for d in devices:
         if d.type != "cuda":

@@ -15,14 +15,7 @@ import torch
 from torch import nn
 from torch.autograd.profiler import record_function
 
-from learn_parallel.devices import (
-    Device,
-    DeviceLike,
-    check_balance,
-    resolve_device_ids,
-    resolved,
-    to_device,
-)
+from learn_parallel.devices import Device, DeviceLike, check_balance, resolve_devices
 from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.phases import phase
 from learn_parallel.replicate import check_on_source_device
@@ -36,7 +29,7 @@ def wrapper_devices(module: nn.Module, device_ids: Sequence[DeviceLike] | None) 
     Warns when the GPUs are unbalanced; with a single device there is nothing to
     split, so the module is moved there and will simply be called on it.
     """
-    devices = resolve_device_ids(device_ids)
+    devices = resolve_devices(device_ids)
     check_balance(devices)
     if len(devices) == 1:
         _refuse_meta_tensors(module, devices[0])  # .to() would fail on them with no name
@@ -80,13 +73,11 @@ class DataParallel(nn.Module):
         super().__init__()
         self.module = module
         self.dim = dim
-        # Resolved once, here. The steps take plain int ids, as torch's do (see forward).
         self.devices: list[Device] = wrapper_devices(module, device_ids)
-        self.device_ids: list[int] = [d.index for d in self.devices]
-        self._device_of_id = dict(zip(self.device_ids, self.devices))
+        self.device_ids: list[int] = [d.index for d in self.devices]  # torch's attribute: ints
         self.src_device: Device = self.devices[0]
-        self.output_device: Device = (
-            self.src_device if output_device is None else to_device(output_device, allow_cpu=True)
+        self.output_device: Device = resolve_devices(
+            self.src_device if output_device is None else output_device, output=True
         )
 
     # [data-parallel-init]
@@ -97,9 +88,8 @@ class DataParallel(nn.Module):
         return f"devices=[{devices}]{simulated}, output_device={self.output_device}, dim={self.dim}"
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
-        # The steps take int device ids, as torch.nn.DataParallel's do, so a subclass written
-        # for torch overrides them unchanged; each step maps its ids back to the devices
-        # checked in __init__ (_devices_for), a dict lookup, not a second check.
+        # scatter and replicate take int device ids, as torch.nn.DataParallel's do, so a
+        # subclass written for torch overrides them unchanged.
         with record_function("learn_parallel.DataParallel.forward"):
             if len(self.devices) == 1:  # on several, replicate checks before it copies
                 check_on_source_device(self.module, self.src_device)
@@ -122,28 +112,22 @@ class DataParallel(nn.Module):
     def scatter(
         self, inputs: tuple[Any, ...], kwargs: dict[str, Any], device_ids: Sequence[DeviceLike]
     ) -> tuple[tuple[tuple[Any, ...], ...], tuple[dict[str, Any], ...]]:
-        return scatter_kwargs(inputs, kwargs, self._devices_for(device_ids), dim=self.dim)
+        return scatter_kwargs(inputs, kwargs, device_ids, dim=self.dim)
 
     def replicate(self, module: nn.Module, device_ids: Sequence[DeviceLike]) -> list[nn.Module]:
         # Under torch.no_grad() nothing will be differentiated: skip the autograd wiring.
-        return make_replicas(module, self._devices_for(device_ids), not torch.is_grad_enabled())
+        return make_replicas(module, device_ids, not torch.is_grad_enabled())
 
     def parallel_apply(
         self, replicas: Sequence[nn.Module], inputs: Sequence[Any], kwargs: Sequence[dict]
     ) -> list[Any]:
         # torch's signature passes no ids: replica i runs on device_ids[i].
-        device_ids = self.device_ids[: len(replicas)]
-        return parallel_apply(replicas, inputs, kwargs, self._devices_for(device_ids))
+        return parallel_apply(replicas, inputs, kwargs, self.devices[: len(replicas)])
 
     def gather(self, outputs: Sequence[Any], output_device: DeviceLike) -> Any:
         return gather(outputs, output_device, dim=self.dim)
 
     # [data-parallel-steps]
-
-    def _devices_for(self, device_ids: Sequence[DeviceLike]) -> list[Device]:
-        """The devices resolved in ``__init__`` for these ids; other ids are checked afresh."""
-        known = self._device_of_id
-        return resolved([known.get(d, d) if type(d) is int else d for d in device_ids])
 
 
 def data_parallel(
@@ -162,8 +146,8 @@ def data_parallel(
     """
     if not isinstance(inputs, tuple):
         inputs = (inputs,) if inputs is not None else ()
-    devices = resolve_device_ids(device_ids)
-    output = devices[0] if output_device is None else to_device(output_device, allow_cpu=True)
+    devices = resolve_devices(device_ids)
+    output = resolve_devices(devices[0] if output_device is None else output_device, output=True)
     if len(devices) == 1:  # on several, replicate checks before it copies
         check_on_source_device(module, devices[0])
     inputs, module_kwargs = scatter_kwargs(inputs, module_kwargs, devices, dim)

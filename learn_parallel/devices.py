@@ -131,34 +131,66 @@ def first_device() -> torch.device:
     return Device(device_type(), 0).torch_device
 
 
-def to_device(device: DeviceLike | Device, allow_cpu: bool = False) -> Device:
-    """Normalise an id given as ``1``, ``"cuda:1"``, ``"sim:1"`` or ``torch.device``.
+def resolve_devices(
+    ids: Sequence[DeviceLike | Device] | DeviceLike | Device | None,
+    *,
+    output: bool = False,
+    shared: bool = False,
+) -> list[Device] | Device:
+    """What a user passes, as checked devices: the one place device ids are read.
 
-    ``allow_cpu`` is for the output device, the only place the CPU is a valid
-    answer (gathering the outputs to host memory).
+    ``ids`` is a ``device_ids`` list: None means every device; each id is ``1``,
+    ``"cuda:1"``, ``"sim:1"`` or a ``torch.device``; each device may be listed once
+    (``shared=True``: more often, as parallel_apply's replicas may share a device).
+    With ``output=True``, ``ids`` is one ``output_device`` instead, and the CPU
+    (``"cpu"`` or ``-1``) is allowed: outputs may be gathered to host memory. A
+    `Device` passes unchanged: it was checked here when it was made.
     """
-    kind = device_type()
-    if isinstance(device, Device):
-        parsed = device
-    elif isinstance(device, bool) or not isinstance(device, int | str | torch.device):
+    if output:
+        if isinstance(ids, Device):
+            return ids
+        return _parse(ids, device_type(), device_count(), allow_cpu=True)
+    if ids is None:
+        return [Device(device_type(), i) for i in range(device_count())]
+    if isinstance(ids, int | str | torch.device | Device):
+        raise TypeError(f"device_ids must be a list of ids, got {ids!r}; write [{ids!r}].")
+    if not ids:
+        raise ValueError(
+            "device_ids is empty: pass at least one device id, or None for every device."
+        )
+    if all(isinstance(d, Device) for d in ids):
+        return list(ids)
+    kind, count = device_type(), device_count()  # once a list: steps of a forward call this
+    devices = [d if isinstance(d, Device) else _parse(d, kind, count) for d in ids]
+    if not shared and len(set(devices)) < len(devices):
+        twice = next(d for d in devices if devices.count(d) > 1)
+        raise ValueError(
+            f"device_ids lists {twice} twice ({list(map(str, devices))}); "
+            f"each device can hold only one replica, so list every id once."
+        )
+    return devices
+
+
+def _parse(device: DeviceLike, kind: str, count: int, allow_cpu: bool = False) -> Device:
+    """One id as a `Device` of this machine's ``kind`` (``count`` of them), or a clear error."""
+    if isinstance(device, bool) or not isinstance(device, int | str | torch.device):
         raise TypeError(
             f"Expected a device id (int, 'cuda:N' or torch.device), got {device!r} "
             f"of type {type(device).__name__}."
         )
-    elif isinstance(device, int):
+    if isinstance(device, int):
         parsed = Device("cpu") if device == -1 and allow_cpu else Device(kind, device)
     else:
-        text = str(device)
-        name, _, index = text.partition(":")
+        name, _, index = str(device).partition(":")
         if name == "cpu":
             parsed = Device("cpu")
         elif name in ("cuda", SIMULATED) and (index == "" or index.isdigit()):
-            # A bare "cuda" means the current device, as in PyTorch.
-            number = int(index) if index else _current_index(name)
-            parsed = Device(name, number)
+            if index:
+                parsed = Device(name, int(index))
+            else:  # a bare "cuda" means the current device, as in PyTorch
+                parsed = Device(name, torch.cuda.current_device() if name == "cuda" else 0)
         else:
-            raise ValueError(f"Unknown device {text!r}; use an int, 'cuda:N' or 'cpu'.")
-
+            raise ValueError(f"Unknown device {str(device)!r}; use an int, 'cuda:N' or 'cpu'.")
     if parsed.type == "cpu":
         if allow_cpu:
             return parsed
@@ -172,64 +204,18 @@ def to_device(device: DeviceLike | Device, allow_cpu: bool = False) -> Device:
             f"{'GPUs' if kind == 'cuda' else 'simulated CPU devices'}; "
             f"pass plain integer ids such as [0, 1] instead."
         )
-    count = device_count()
-    if parsed.index is None or not 0 <= parsed.index < count:
+    if not 0 <= parsed.index < count:
+        fix = (
+            "Check device_ids against CUDA_VISIBLE_DEVICES."
+            if kind == "cuda"
+            else f"Set {SIMULATED_DEVICES_ENV} to simulate more."
+        )
         raise ValueError(
             f"Device {parsed} does not exist: only {count} "
             f"{'visible GPUs' if kind == 'cuda' else 'simulated devices'} "
-            f"(ids 0 to {count - 1}). "
-            + (
-                "Check device_ids against CUDA_VISIBLE_DEVICES."
-                if kind == "cuda"
-                else f"Set {SIMULATED_DEVICES_ENV} to simulate more."
-            )
+            f"(ids 0 to {count - 1}). {fix}"
         )
     return parsed
-
-
-def resolved(devices: Sequence[DeviceLike | Device]) -> list[Device]:
-    """``devices`` as `Device` values, checking only what is not one yet.
-
-    A `Device` was checked when `to_device` or `resolve_device_ids` made it, so
-    code that resolved its ids once (DataParallel, in ``__init__``) can pass
-    them down through scatter, replicate, parallel_apply and gather for free.
-    """
-    return [d if isinstance(d, Device) else to_device(d) for d in devices]
-
-
-def output_torch_device(device: DeviceLike | Device) -> torch.device:
-    """Where outputs are gathered: any device id, or the host (``-1``, ``"cpu"``)."""
-    if isinstance(device, Device):  # already checked where it was made
-        return device.torch_device
-    return to_device(device, allow_cpu=True).torch_device
-
-
-def _current_index(name: str) -> int:
-    return torch.cuda.current_device() if name == "cuda" else 0
-
-
-def resolve_device_ids(device_ids: Sequence[DeviceLike] | None) -> list[Device]:
-    """The checked list of devices a DataParallel run will use, in the given order."""
-    if device_ids is None:
-        return [Device(device_type(), i) for i in range(device_count())]
-    if isinstance(device_ids, int | str | torch.device):
-        raise TypeError(
-            f"device_ids must be a list of ids, got {device_ids!r}; write [{device_ids!r}]."
-        )
-    devices = [to_device(d) for d in device_ids]
-    if not devices:
-        raise ValueError(
-            "device_ids is empty: pass at least one device id, or None for every device."
-        )
-    seen: set[Device] = set()
-    for device in devices:
-        if device in seen:
-            raise ValueError(
-                f"device_ids lists {device} twice ({list(map(str, devices))}); "
-                f"each device can hold only one replica, so list every id once."
-            )
-        seen.add(device)
-    return devices
 
 
 def synchronize(devices: Sequence[Device]) -> None:

@@ -21,7 +21,7 @@ from torch import nn
 from torch.autograd import Function
 from torch.nn.parameter import is_lazy
 
-from learn_parallel.devices import Device, DeviceLike, resolved
+from learn_parallel.devices import Device, DeviceLike, resolve_devices
 from learn_parallel.phases import phase
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
@@ -182,7 +182,7 @@ def replicate(
     storage with the original, which is why only its changes to buffers (such
     as BatchNorm running statistics) survive the step.
     """
-    devices = resolved(devices)
+    devices = resolve_devices(devices)
     found = module_tensors(network)  # the step's one walk over the module tree
     check_on_source_device(network, devices[0], found)
     wired = found.params + [b for b in found.buffers if b.requires_grad]

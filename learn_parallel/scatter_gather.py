@@ -19,7 +19,7 @@ from torch.autograd import Function
 from torch.nn.utils.rnn import PackedSequence
 
 from learn_parallel import nested
-from learn_parallel.devices import Device, DeviceLike, output_torch_device, resolved
+from learn_parallel.devices import Device, DeviceLike, resolve_devices
 from learn_parallel.phases import phase
 
 
@@ -79,7 +79,7 @@ def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> Seq
     """
     leaves: list[tuple[str, Any]] = []
     build = _flatten(inputs, "inputs", leaves)
-    pieces = [build(values) for values in _split_leaves(leaves, resolved(target_gpus), dim)]
+    pieces = [build(values) for values in _split_leaves(leaves, resolve_devices(target_gpus), dim)]
     return tuple(pieces) if isinstance(inputs, torch.Tensor) else pieces
 
 
@@ -189,7 +189,7 @@ def scatter_kwargs(
     leaves: list[tuple[str, Any]] = []
     build_args = [_flatten(v, f"argument {i}", leaves) for i, v in enumerate(inputs)]
     build_kwargs = {k: _flatten(v, f"keyword argument {k!r}", leaves) for k, v in kwargs.items()}
-    per_replica = _split_leaves(leaves, resolved(target_gpus), dim)
+    per_replica = _split_leaves(leaves, resolve_devices(target_gpus), dim)
     return (
         tuple(tuple(build(values) for build in build_args) for values in per_replica),
         tuple({k: build(values) for k, build in build_kwargs.items()} for values in per_replica),
@@ -255,4 +255,5 @@ def gather(outputs: Sequence[Any], target_device: DeviceLike, dim: int = 0) -> A
     """Join the replicas' outputs on ``target_device`` (``-1`` or ``"cpu"`` for the host)."""
     if not outputs:
         raise ValueError("gather() needs at least one replica output.")
-    return join_outputs(list(outputs), output_torch_device(target_device), dim, "output")
+    target = resolve_devices(target_device, output=True).torch_device
+    return join_outputs(list(outputs), target, dim, "output")

@@ -108,3 +108,31 @@ def test_the_simulator_imports_nothing_from_the_rest_of_the_package():
     graph = import_graph(deferred=True)
     outside = {f"{m} -> {t}" for m, ts in graph.items() if _in_sim(m) for t in ts if not _in_sim(t)}
     assert outside == set()
+
+
+# Floors, lowest first: a module imports only from its own floor or the ones below it.
+# The package itself (learn_parallel/__init__.py) re-exports the core, the variants and
+# the ladder, so it stands on the ladder's floor; its command line, on top of everything.
+FLOORS = {"sim": 0, "core": 1, "variants": 2, "ladder": 3, "lab": 4, "classroom": 4}
+TOP = 5
+
+
+def _floor(module: str) -> int:
+    if module == "learn_parallel":
+        return FLOORS["ladder"]
+    if module == "learn_parallel.__main__":
+        return TOP
+    return FLOORS.get(module.split(".")[1], FLOORS["core"])
+
+
+def test_no_import_runs_back_up_the_floors():
+    graph = import_graph(deferred=True)
+    upward = {f"{m} -> {t}" for m, ts in graph.items() for t in ts if _floor(t) > _floor(m)}
+    assert upward == set(), "core <- variants <- ladder <- lab, classroom: move the code down"
+
+
+def test_the_floors_are_read_from_the_module_names():
+    assert [_floor(m) for m in ("learn_parallel.sim.tensor", "learn_parallel.devices")] == [0, 1]
+    assert _floor("learn_parallel.variants.options") < _floor("learn_parallel.ladder.fast")
+    assert _floor("learn_parallel.lab.measure") == _floor("learn_parallel.classroom.grade") == 4
+    assert _floor("learn_parallel") == FLOORS["ladder"] < _floor("learn_parallel.__main__")

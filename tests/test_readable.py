@@ -1,9 +1,10 @@
 """Every file readable in one sitting: short files and module docstrings, region markers only
 where a chapter shows the region, no `# fmt: skip`, and parallel_apply.py read top-down.
 
-Region markers, `# fmt: skip` and module docstrings (at most 15 lines) are checked in every
-folder of the package; the 300-line limit holds for the taught files (the top level,
-``variants/`` and ``ladder/``).
+Region markers and `# fmt: skip` are checked in every folder of the package; the 300-line
+limit and module docstrings of at most 15 lines in every folder of the package and in
+``experiments/``. Files still being split are named in `BEING_SPLIT`, as expected failures
+that must fail: once one is short, its entry has to go.
 """
 
 import ast
@@ -16,7 +17,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "learn_parallel"
 FOLDERS = sorted({p.parent for p in PACKAGE.rglob("*.py")})
-TAUGHT = sorted(p for g in ("*.py", "variants/*.py", "ladder/*.py") for p in PACKAGE.glob(g))
+EXPERIMENTS = ROOT / "experiments"
+BEING_SPLIT = {  # over 300 lines today; each is being split (issue 43)
+    "learn_parallel/lab/measure.py",
+    "learn_parallel/lab/timing.py",
+    "learn_parallel/classroom/tools.py",
+}
 MARKER = re.compile(r"^\s*# \[([\w-]+)\]\s*$")
 SHOWN = re.compile(r"""show_source\(\s*(?:"([\w.]+)"|([\w.]+))\s*,\s*"([\w-]+)"\s*\)""")
 
@@ -58,13 +64,25 @@ def test_no_fmt_skip():
     assert skipped == [], "let ruff format these lines"
 
 
-@pytest.mark.parametrize("path", TAUGHT, ids=_name)
-def test_taught_files_are_short(path):
+def _short_file_cases():
+    for path in _files([*FOLDERS, EXPERIMENTS]):
+        split = pytest.mark.xfail(strict=True, reason="being split")
+        yield pytest.param(
+            path, id=_name(path), marks=[split] if _name(path) in BEING_SPLIT else []
+        )
+
+
+@pytest.mark.parametrize("path", _short_file_cases())
+def test_files_are_short(path):
     lines = path.read_text().splitlines()
     assert len(lines) <= 300, f"{len(lines)} lines: split the file"
 
 
-@pytest.mark.parametrize("path", _files(), ids=_name)
+def test_the_files_being_split_exist():
+    assert all((ROOT / name).is_file() for name in BEING_SPLIT)
+
+
+@pytest.mark.parametrize("path", _files([*FOLDERS, EXPERIMENTS]), ids=_name)
 def test_module_docstrings_are_short(path):
     tree = ast.parse(path.read_text())
     if not ast.get_docstring(tree):

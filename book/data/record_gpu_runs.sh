@@ -19,6 +19,7 @@
 #   torchrun     our DDP beside torch's under torchrun, one process per GPU, at 1, 2, 4 ... all
 #                of the visible GPUs (learn_parallel.ladder.train; torchrun.json)
 #   trace        Perfetto traces of two ResNet-18 steps (learn_parallel, torch's DataParallel)
+#   host_time    host time of one DataParallel forward, ids parsed per forward (log only)
 #   notebooks    every chapter executed unchanged, JOBS at a time (needs nbclient, ipykernel)
 # book/data/README.md says which runs made the shipped recordings.
 set -uo pipefail
@@ -54,6 +55,7 @@ has timeline && run timeline 150 python -m experiments.timeline_check --out "$re
 has recorder && run recorder 150 python -m experiments.recorder_cost --out "$rec" --devices 2
 has gatherprobe && run gatherprobe 60 python -m experiments.gather_probe --out "$rec"
 has torchrun && run torchrun 560 python -m experiments.torchrun_times --out "$rec"
+has host_time && run host_time 200 python -m experiments.host_time --json
 if has trace; then
   run trace 200 python -m experiments.bench --devices 2 --workloads conv --cudnn-benchmark off \
     --implementations learn_parallel,torch_dp --warmup 3 --steps 5 --timeline-steps 0 \

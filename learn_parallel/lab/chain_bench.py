@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import resolve_device_ids
+from learn_parallel.devices import resolve_devices
 from learn_parallel.lab.timing import step_times_ms
 from learn_parallel.variants.options import OptionsDataParallel
 
@@ -73,7 +73,7 @@ def training_step(
 
 def measure(n: int, config: Config) -> dict:
     """Time both chains on the first ``n`` devices."""
-    devices = resolve_device_ids(list(range(n)))
+    devices = resolve_devices(list(range(n)))
     source = devices[0].torch_device
     torch.manual_seed(0)
     net_a = FeatureNet(config.features).to(source)

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import device_count, resolve_device_ids
+from learn_parallel.devices import device_count, resolve_devices
 from learn_parallel.lab import provenance, spread
 from learn_parallel.lab.processes import rank_device, rank_step_times, run_ranks, share
 from learn_parallel.lab.steps import make_step, record_timeline, train_step
@@ -169,7 +169,7 @@ def compare(
             print(f"DataParallel left out: {world} ranks, but {device_count()} devices here.")
         elif with_dp:  # learn_parallel.DataParallel on ``world`` devices in this process
             torch.backends.cudnn.benchmark = False
-            devices = resolve_device_ids(list(range(world)))
+            devices = resolve_devices(list(range(world)))
             step, _, _ = make_step(workload, devices, DataParallel, config["lr"], seed)
             times = step_times_ms(step, devices, warmup, steps)
             entry["results"]["dp"] = {"step_ms_all": times, "step_ms": statistics.median(times)}

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from learn_parallel.devices import to_device
+from learn_parallel.devices import resolve_devices
 from learn_parallel.lab.steps import train_step
 from learn_parallel.lab.workloads import Workload, loss_function
 from learn_parallel.ladder.graphs import restored_cuda_streams
@@ -41,7 +41,7 @@ def graphed_step(
     graph = torch.cuda.CUDAGraph()
     optimizer.zero_grad(set_to_none=True)  # backward allocates .grad from the graph's pool
     try:
-        with restored_cuda_streams([to_device(device)]), torch.cuda.graph(graph, stream=side):
+        with restored_cuda_streams(resolve_devices([device])), torch.cuda.graph(graph, stream=side):
             loss_function(workload, ddp(x), y).backward()
             optimizer.step()
     except Exception as error:

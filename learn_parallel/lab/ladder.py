@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from learn_parallel.devices import resolve_device_ids, synchronize
+from learn_parallel.devices import resolve_devices, synchronize
 from learn_parallel.lab import provenance
 from learn_parallel.lab.ddp_timeline import choose_backend
 from learn_parallel.lab.ladder_rungs import CLONE_SET, DDP_ROWS, LADDER, LR, MEASURED, SEED, Rung
@@ -59,7 +59,7 @@ def measure_round(
         return  # not applicable here, or failed in an earlier round
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
-        devices = resolve_device_ids(list(range(count)))
+        devices = resolve_devices(list(range(count)))
         step, marked = rung.make(workload, devices)
         host: list[float] = []
         times = step_times_ms(step, devices, warmup, steps, host)
@@ -77,7 +77,7 @@ def measure_round(
 
 def replicate_host_ms(workload: Workload, count: int, repeats: int = 20) -> dict[str, float]:
     """Median host time of one replicate call per strategy (no synchronize inside the timing)."""
-    devices = resolve_device_ids(list(range(count)))
+    devices = resolve_devices(list(range(count)))
     model = build_model(workload).to(devices[0].torch_device)
     result = {}
     for name, strategy in (("broadcast", replicate), ("clone", clone_replicate)):
@@ -181,7 +181,7 @@ def run(
         if host := row.get("host_ms_repeats"):  # our rungs; DDP's ranks each have a host
             row["host_ms"] = statistics.median(host)
     host = {w.kind: replicate_host_ms(w, count) for w in workloads} if which == "clone" else {}
-    hardware = describe_hardware(resolve_device_ids(list(range(count))))
+    hardware = describe_hardware(resolve_devices(list(range(count))))
     report = {
         "schema": SCHEMA,
         "set": which,

@@ -17,7 +17,7 @@ from torch import nn
 
 from learn_parallel import sim
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import Device, DeviceLike, resolve_device_ids, synchronize
+from learn_parallel.devices import Device, DeviceLike, resolve_devices, synchronize
 from learn_parallel.lab import records
 from learn_parallel.lab.kernels import with_gpu_times
 from learn_parallel.lab.persistent_workers import run_fresh_threads
@@ -83,7 +83,7 @@ def wall_ms(fn: Callable[[], Any], devices: Sequence[Device], repeats: int = 15)
 
 
 def _devices(devices: Sequence[DeviceLike] | None) -> list[Device]:
-    return resolve_device_ids(None if devices is None else list(devices))
+    return resolve_devices(None if devices is None else list(devices))
 
 
 def _mlp(width: int, layers: int, source: torch.device) -> nn.Sequential:

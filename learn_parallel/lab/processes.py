@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from learn_parallel.devices import synchronize, to_device
+from learn_parallel.devices import resolve_devices, synchronize
 from learn_parallel.lab.timing import step_times_ms
 
 # NVLink multicast (NVLS) stays off wherever NCCL runs: on shared, virtualised GPU machines
@@ -62,7 +62,7 @@ def rank_step_times(
     calls this and gets, per step, the slowest rank's time: a step is as slow as that rank."""
     for _ in range(warmup):
         step()
-    devices = [to_device(device, allow_cpu=True)]  # a gloo rank runs on the CPU
+    devices = [resolve_devices(device, output=True)]  # a gloo rank runs on the CPU
     synchronize(devices)
     dist.barrier()
     times = step_times_ms(step, devices, warmup=0, steps=steps)

@@ -41,7 +41,7 @@ _TOP += _files("ladder/kept_replicas", "ladder/replicated")
 MEASURED: dict[str, list[str]] = {
     "chapters.json": _CORE
     + _files("lab/measure", "variants/tuple_parallel", "experiments/measure"),
-    "bench.json": _CORE + _TOP + _files("experiments/benchmark"),
+    "bench.json": _CORE + _TOP + _files("experiments/benchmark", "experiments/bench_settings"),
     "chain_bench.json": _CORE
     + _files("lab/chain_bench", "variants/options", "experiments/chain_bench"),
     "ladder.json": _CORE
@@ -52,7 +52,7 @@ MEASURED: dict[str, list[str]] = {
     + _files("lab/ddp_timeline", "ladder/distributed", "ladder/collectives")
     + _files("experiments/ddp_timeline"),
     "persistent_workers.json": _files("parallel_apply", "lab/persistent_workers")
-    + _files("experiments/persistent_workers"),
+    + _files("experiments/persistent_workers", "experiments/worker_probes"),
     "timeline_check.json": _CORE + _files("experiments/timeline_check"),
     "recorder_cost.json": _CORE + _files("lab/trace", "experiments/recorder_cost"),
     "gather_probe.json": _files("lab/gather_probe", "experiments/gather_probe"),

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from learn_parallel import phases
-from learn_parallel.devices import Device, DeviceLike, device_count, device_type, to_device
+from learn_parallel.devices import Device, DeviceLike, device_count, device_type, resolve_devices
 from learn_parallel.devices import synchronize as synchronize_devices
 
 _active: Recorder | None = None  # the recorder switched on, if any
@@ -183,7 +183,12 @@ class Recorder:
     ) -> None:
         kind = device_type()
         ids = range(device_count()) if devices is None else devices
-        self.devices: list[Device] = [to_device(d, allow_cpu=row is not None) for d in ids]
+        # A row of its own may be the host's (the CPU); the devices of a step may not.
+        self.devices: list[Device] = (
+            resolve_devices(list(ids))
+            if row is None
+            else [resolve_devices(d, output=True) for d in ids]
+        )
         if row is not None and len(self.devices) != 1:
             raise ValueError(f"row={row!r} names one device's row; got {len(self.devices)}.")
         self.host_row = (kind == "cuda") if host_row is None else host_row
@@ -257,7 +262,10 @@ class Recorder:
             return
         where = self.devices
         if device is not None:
-            where = [to_device(device, allow_cpu=self.row is not None)]
+            if self.row is not None:  # a row of its own may be the host's (the CPU)
+                where = [resolve_devices(device, output=True)]
+            else:
+                where = resolve_devices([device])
         step = self.step
         starts = self._marks(where)
         host_start = _Mark(None) if device is None and self.host_row else None

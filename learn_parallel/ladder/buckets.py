@@ -1,12 +1,13 @@
-"""Gradient buckets for replicas that own their parameters: which travel together, and when.
+"""Gradient buckets: which gradients travel together, and when a bucket is complete.
 
-Kept replicas (the ladder chapter) have leaf parameters of their own, so nothing in
-autograd sums their gradients. `GradientBuckets` groups the parameters as DDP does
-(`collectives.assign_buckets`, within one dtype) and counts each bucket's gradients
-as backward accumulates them; once every replica has produced a bucket, it hands the
-bucket on while backward still runs for earlier layers. `SumOntoSource` is what
-`FastDataParallel` hands it to: the sum of the replicas' gradients in the original's
-``.grad``. `ReplicatedStep` all-reduces instead.
+`plan_buckets` groups parameters as DDP does and `Bucket` holds one group's progress
+in a backward; the minimal DDP (the distributed chapter), `FastDataParallel` and
+`ReplicatedStep` (the ladder chapter) all use them. Kept replicas have leaf parameters
+of their own, so nothing in autograd sums their gradients: `GradientBuckets` counts
+each bucket's gradients as backward accumulates them and, once every replica has
+produced a bucket, hands it on while backward still runs for earlier layers.
+`SumOntoSource` is what `FastDataParallel` hands it to: the sum of the replicas'
+gradients in the original's ``.grad``. `ReplicatedStep` all-reduces instead.
 """
 
 from __future__ import annotations
@@ -15,40 +16,67 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from learn_parallel.devices import Device
-from learn_parallel.ladder.collectives import assign_buckets
+
+
+def plan_buckets(params: Sequence[torch.Tensor], cap_bytes: float) -> list[list[int]]:
+    """Positions in ``params`` per bucket, filled from the last parameter to the first.
+
+    Backward produces gradients roughly in the reverse order of the forward, so the
+    first bucket is complete early in backward. A bucket is closed when the next
+    parameter would take it past ``cap_bytes``; a parameter larger than the cap gets
+    a bucket of its own. A bucket becomes one flat tensor, and a tensor holds one
+    dtype, so each dtype fills buckets of its own. Buckets are listed as they close.
+    """
+    buckets: list[list[int]] = []
+    filling: dict[torch.dtype, list[int]] = {}  # per dtype, the open bucket
+    filled: dict[torch.dtype, int] = {}  # and its bytes
+    for position in reversed(range(len(params))):
+        dtype, size = params[position].dtype, params[position].nbytes
+        if dtype in filling and filled[dtype] + size > cap_bytes:
+            buckets.append(filling.pop(dtype))
+        if dtype not in filling:
+            filling[dtype], filled[dtype] = [], 0
+        filling[dtype].append(position)
+        filled[dtype] += size
+    return buckets + list(filling.values())
 
 
 # [buckets]
-def plan_buckets(params: Sequence[torch.Tensor], cap_bytes: float) -> list[list[int]]:
-    """Positions in ``params`` per bucket: `assign_buckets` within each dtype.
-
-    A bucket becomes one flat tensor (one concatenation, one all-reduce), and a
-    tensor holds one dtype, so parameters of different dtypes never share one.
-    """
-    by_dtype: dict[torch.dtype, list[int]] = {}
-    for position, param in enumerate(params):
-        by_dtype.setdefault(param.dtype, []).append(position)
-    buckets = []
-    for positions in by_dtype.values():
-        sizes = [params[i].numel() * params[i].element_size() for i in positions]
-        buckets += [[positions[k] for k in bucket] for bucket in assign_buckets(sizes, cap_bytes)]
-    return buckets
-
-
+@dataclass(eq=False)
 class Bucket:
-    """Parameter positions whose gradients travel together, and this backward's count."""
+    """Parameters whose gradients travel together, and what became of them in this backward.
 
-    def __init__(self, positions: list[int], replicas: int) -> None:
-        self.positions = positions
-        self.arrived = 0
-        self.launched = False
-        # Per replica, the stream its gradients were accumulated on (GPUs): whatever
-        # reads them must wait for that stream, which is not always the caller's.
-        self.streams: list[torch.cuda.Stream | None] = [None] * replicas
+    ``positions`` index the engine's parameter list (the same in every replica).
+    ``arrived`` counts gradients as autograd accumulates them; ``launched``: handed on.
+    ``streams``: per replica, the stream its gradients were accumulated on (GPUs), which
+    whatever reads them must wait for. ``flat``, ``work`` and ``timing``: an all-reduce
+    in flight (DistributedDataParallel), its gradients, handle and open phase mark.
+    """
+
+    index: int
+    positions: list[int]
+    arrived: int = 0
+    launched: bool = False
+    streams: list[torch.cuda.Stream | None] = field(default_factory=list)
+    flat: torch.Tensor | None = None
+    work: Any = None
+    timing: Any = None
+
+    def complete(self, replicas: int = 1) -> bool:
+        """Whether every gradient of the bucket arrived, from each of ``replicas``."""
+        return self.arrived == len(self.positions) * replicas
+
+    def reset(self) -> None:
+        """Forget this backward: nothing arrived, nothing launched or in flight."""
+        self.arrived, self.launched = 0, False
+        self.streams = [None] * len(self.streams)
+        self.flat = self.work = self.timing = None
 
 
 class GradientBuckets:
@@ -69,7 +97,8 @@ class GradientBuckets:
         on_ready: Callable[[Bucket], None],
         on_first: Callable[[], None] | None = None,
     ) -> None:
-        self.buckets = [Bucket(p, len(replicas)) for p in plan_buckets(replicas[0], cap_bytes)]
+        plan = plan_buckets(replicas[0], cap_bytes)
+        self.buckets = [Bucket(i, p, streams=[None] * len(replicas)) for i, p in enumerate(plan)]
         self.on_ready, self.on_first = on_ready, on_first
         self.launched_in_backward = 0  # buckets handed on during backward, ever
         self._lock = threading.Lock()
@@ -98,8 +127,7 @@ class GradientBuckets:
     def _reset(self) -> None:
         self._armed = self._seen = False
         for bucket in self.buckets:
-            bucket.arrived, bucket.launched = 0, False
-            bucket.streams = [None] * len(bucket.streams)
+            bucket.reset()
 
     def _arrived(self, bucket: Bucket, replica: int, param: torch.Tensor) -> None:
         if not self._armed:
@@ -111,7 +139,7 @@ class GradientBuckets:
             self._seen = True
             bucket.arrived += 1
             bucket.streams[replica] = stream
-            ready = self._early and bucket.arrived == len(bucket.positions) * self._used
+            ready = self._early and bucket.complete(self._used)
             if ready:
                 bucket.launched = True
                 self.launched_in_backward += 1

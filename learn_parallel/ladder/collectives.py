@@ -1,8 +1,8 @@
 """What data-parallel replicas send each other, and in which groups.
 
 Between processes (the distributed chapter): `ring_all_reduce` spells out one
-all-reduce with point-to-point messages, `assign_buckets` groups gradients into
-the all-reduces, `broadcast_coalesced` gives every process rank 0's tensors.
+all-reduce with point-to-point messages, `broadcast_coalesced` gives every process
+rank 0's tensors (which gradients travel together: ``buckets.plan_buckets``).
 Inside one process that drives every device (the ladder chapter):
 `all_reduce_across` and `broadcast_across` take one tensor per device; on CUDA
 GPUs each is one NCCL group call, elsewhere the same ring, spelled out with copies.
@@ -56,29 +56,6 @@ def ring_all_reduce(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
             else:
                 chunks[receive].copy_(incoming)
     return tensor
-
-
-def assign_buckets(sizes_in_bytes: Sequence[int], cap_bytes: float) -> list[list[int]]:
-    """Group parameter indices into buckets of at most ``cap_bytes``, last parameter first.
-
-    Backward produces gradients roughly in the reverse order of the forward,
-    so the buckets are filled from the last parameter to the first. A bucket is
-    closed when the next parameter would take it past the cap; a parameter
-    larger than the cap gets a bucket of its own.
-    """
-    buckets: list[list[int]] = []
-    current: list[int] = []
-    current_bytes = 0
-    for index in reversed(range(len(sizes_in_bytes))):
-        size = sizes_in_bytes[index]
-        if current and current_bytes + size > cap_bytes:
-            buckets.append(current)
-            current, current_bytes = [], 0
-        current.append(index)
-        current_bytes += size
-    if current:
-        buckets.append(current)
-    return buckets
 
 
 def broadcast_coalesced(tensors: Sequence[torch.Tensor], src: int = 0, group: Any = None) -> None:

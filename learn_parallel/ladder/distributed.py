@@ -17,35 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from learn_parallel.ladder.collectives import assign_buckets, broadcast_coalesced
+from learn_parallel.ladder.buckets import Bucket, plan_buckets
+from learn_parallel.ladder.collectives import broadcast_coalesced
 from learn_parallel.phases import phase
 
 DEFAULT_BUCKET_CAP_MB = 25.0  # the default of torch.nn.parallel.DistributedDataParallel
-
-
-@dataclass
-class Bucket:
-    """Parameters whose gradients travel together in one all-reduce."""
-
-    index: int
-    params: list[nn.Parameter]
-    ready: int = 0  # how many of ``params`` got their gradient in this backward
-    flat: torch.Tensor | None = None  # the gradients, flattened, while in flight
-    work: Any = None  # the handle of the asynchronous all-reduce
-    timing: Any = None  # the open phase mark of this all-reduce (a no-op unless recorded)
-    waited: bool = False
-    names: list[str] = field(default_factory=list)
-
-    @property
-    def full(self) -> bool:
-        return self.ready == len(self.params)
 
 
 class DistributedDataParallel(nn.Module):
@@ -97,6 +79,7 @@ class DistributedDataParallel(nn.Module):
                 "DistributedDataParallel has nothing to do: the module has no parameter "
                 "that requires a gradient."
             )
+        self.params = [p for _, p in named]
         self.param_names = {p: n for n, p in named}
 
         # 1. Same starting point everywhere: rank 0's parameters and buffers.
@@ -104,16 +87,12 @@ class DistributedDataParallel(nn.Module):
             broadcast_coalesced([*module.parameters(), *module.buffers()], 0, process_group)
 
         # 2. Buckets, last parameter first (roughly the order backward produces them).
-        cap = int(bucket_cap_mb * 2**20)
-        sizes = [p.numel() * p.element_size() for _, p in named]
-        self.buckets = [
-            Bucket(i, [named[k][1] for k in ks], names=[named[k][0] for k in ks])
-            for i, ks in enumerate(assign_buckets(sizes, cap))
-        ]
-        self.bucket_of = {p: b for b in self.buckets for p in b.params}
+        plan = plan_buckets(self.params, int(bucket_cap_mb * 2**20))
+        self.buckets = [Bucket(i, positions) for i, positions in enumerate(plan)]
+        self.bucket_of = {self.params[i]: b for b in self.buckets for i in b.positions}
 
         # 3. One hook per parameter, called by autograd once its .grad is complete.
-        for _, p in named:
+        for p in self.params:
             p.register_post_accumulate_grad_hook(self._gradient_ready)
 
         self.require_sync = True  # switched off by no_sync()
@@ -157,17 +136,18 @@ class DistributedDataParallel(nn.Module):
             self._finish_queued = True
         self._seen.add(param)
         bucket = self.bucket_of[param]
-        bucket.ready += 1
+        bucket.arrived += 1
         # Launch every complete bucket, in bucket order: all ranks must issue
         # their collectives in the same order, or they would pair up wrongly.
-        while self._next_bucket < len(self.buckets) and self.buckets[self._next_bucket].full:
+        while self._next_bucket < len(self.buckets) and self.buckets[self._next_bucket].complete():
             self._launch(self.buckets[self._next_bucket])
             self._next_bucket += 1
 
     def _launch(self, bucket: Bucket) -> None:
         """Start the all-reduce of one bucket without waiting for it."""
         # Dividing first keeps the sum in range; the sum of the quotients is the mean.
-        bucket.flat = torch.cat([p.grad.reshape(-1) for p in bucket.params]).div_(self.world_size)
+        grads = [self.params[i].grad.reshape(-1) for i in bucket.positions]
+        bucket.flat = torch.cat(grads).div_(self.world_size)
         with self._on_comm_stream():
             # A phase mark (a no-op unless a recorder listens) that stays open until
             # the all-reduce is done: at once on GPUs (on the side stream), at the
@@ -180,11 +160,10 @@ class DistributedDataParallel(nn.Module):
 
     def _finish(self) -> None:
         """End of backward: wait for every all-reduce and write the averages into ``.grad``."""
-        missing = [b for b in self.buckets[self._next_bucket :] if not b.full]
+        missing = [b for b in self.buckets[self._next_bucket :] if not b.complete()]
         if missing:
-            no_grad = [
-                self.param_names[p] for b in missing for p in b.params if p not in self._seen
-            ]
+            params = [self.params[i] for b in missing for i in b.positions]
+            no_grad = [self.param_names[p] for p in params if p not in self._seen]
             self._reset()
             raise RuntimeError(
                 "DistributedDataParallel: these parameters got no gradient in this backward "
@@ -196,13 +175,13 @@ class DistributedDataParallel(nn.Module):
             )
         with self._on_comm_stream():
             for bucket in self.buckets:
-                if not bucket.waited:
+                if bucket.work is not None:
                     self._wait(bucket)  # gloo: blocks until that bucket is summed
         if self._comm_stream is not None:
             torch.cuda.current_stream(self.device).wait_stream(self._comm_stream)
         with phase("unflatten", self.device):
             for bucket in self.buckets:
-                grads = [p.grad for p in bucket.params]
+                grads = [self.params[i].grad for i in bucket.positions]
                 pieces = bucket.flat.split([g.numel() for g in grads])
                 for grad, piece in zip(grads, pieces):
                     grad.copy_(piece.view_as(grad))
@@ -211,12 +190,11 @@ class DistributedDataParallel(nn.Module):
     def _wait(self, bucket: Bucket) -> None:
         bucket.work.wait()
         bucket.timing.__exit__(None, None, None)
-        bucket.waited = True
+        bucket.work = None  # waited for
 
     def _reset(self) -> None:
         for bucket in self.buckets:
-            bucket.ready, bucket.flat, bucket.work, bucket.waited = 0, None, None, False
-            bucket.timing = None
+            bucket.reset()
         self._next_bucket = 0
         self._finish_queued = False
         self._seen: set[nn.Parameter] = set()

@@ -16,22 +16,21 @@ from typing import Any
 import torch
 from torch import nn
 
-from learn_parallel.data_parallel import wrapper_devices
-from learn_parallel.devices import Device, DeviceLike, to_device
+from learn_parallel.data_parallel import DataParallel
+from learn_parallel.devices import DeviceLike
 from learn_parallel.ladder.buckets import GradientBuckets, SumOntoSource
 from learn_parallel.ladder.graphs import ReplicaGraphs
-from learn_parallel.ladder.kept_replicas import KeptReplicas
-from learn_parallel.parallel_apply import parallel_apply
+from learn_parallel.ladder.kept_replicas import KeptReplicas, check_keepable
 from learn_parallel.phases import phase
 from learn_parallel.replicate import check_on_source_device
-from learn_parallel.scatter_gather import gather, scatter_kwargs
 
 
-class FastDataParallel(nn.Module):
+class FastDataParallel(DataParallel):
     """DataParallel with kept replicas, overlapped gradient sums and optional CUDA graphs.
 
-    Same constructor as `learn_parallel.DataParallel` (``module``, ``device_ids``,
-    ``output_device``, ``dim``) plus the rung switches: ``overlap_reduce`` (buckets of
+    DataParallel's constructor (``module``, ``device_ids``, ``output_device``, ``dim``)
+    and its scatter, parallel_apply and gather steps; its own forward, which refreshes
+    kept replicas instead of building new ones. The rung switches: ``overlap_reduce`` (buckets of
     about ``bucket_mb`` summed during backward; off: one sum per dtype after backward)
     and ``cuda_graphs`` (GPUs only). Gradients reach the original through
     ``.backward()`` only, as with DDP, and not twice (double backward is refused); one
@@ -52,25 +51,8 @@ class FastDataParallel(nn.Module):
         cuda_graphs: bool = False,
         bucket_mb: float = 25.0,
     ) -> None:
-        super().__init__()
-        self.module = module
-        self.dim = dim
-        self.devices: list[Device] = wrapper_devices(module, device_ids)
-        self.src_device = self.devices[0]
-        self.output_device = (
-            self.src_device if output_device is None else to_device(output_device, allow_cpu=True)
-        )
-        if cuda_graphs and self.src_device.is_simulated:
-            raise ValueError(
-                "cuda_graphs=True captures CUDA graphs, which need CUDA GPUs; these devices "
-                "are simulated on the CPU. Use cuda_graphs=False here."
-            )
-        if any(b.requires_grad for b in module.buffers()):
-            raise ValueError(
-                "FastDataParallel reduces gradients of parameters only, but the module has a "
-                "buffer that requires grad. Make it a Parameter, or use DataParallel."
-            )
-        check_on_source_device(module, self.src_device)
+        super().__init__(module, device_ids, output_device, dim)
+        check_keepable(module, self.src_device, cuda_graphs, "FastDataParallel")
         self.overlap_reduce = overlap_reduce
         self.kept = KeptReplicas(module, self.devices)
         trainable = [i for i, p in enumerate(self.kept.params) if p.requires_grad]
@@ -92,7 +74,7 @@ class FastDataParallel(nn.Module):
             # The worker threads adopt these streams; the sums order themselves after them.
             self.sums.callers = [torch.cuda.current_stream(d.index) for d in self.devices]
         with phase("scatter"):
-            inputs, kwargs = scatter_kwargs(inputs, kwargs, self.devices, self.dim)
+            inputs, kwargs = self.scatter(inputs, kwargs, self.devices)
         if not inputs and not kwargs:
             inputs, kwargs = ((),), ({},)
         if len(self.devices) == 1:
@@ -109,10 +91,10 @@ class FastDataParallel(nn.Module):
             self.graphs.ensure_captured(inputs, kwargs)
         with phase("replicate"):
             self.kept.refresh(used)
-        outputs = parallel_apply(self.kept.replicas[:used], inputs, kwargs, self.devices[:used])
+        outputs = self.parallel_apply(self.kept.replicas[:used], inputs, kwargs)
         self.kept.copy_back_buffers()
         with phase("gather"):
-            return gather(outputs, self.output_device, dim=self.dim)
+            return self.gather(outputs, self.output_device)
 
     def _queue_finish(self) -> None:
         # Called from inside backward, at its first gradient: run _finish once it is over,
@@ -138,10 +120,7 @@ class FastDataParallel(nn.Module):
         return self
 
     def extra_repr(self) -> str:
-        simulated = " (simulated on the CPU)" if self.src_device.is_simulated else ""
-        devices = ", ".join(map(str, self.devices))
         return (
-            f"devices=[{devices}]{simulated}, output_device={self.output_device}, dim={self.dim}, "
-            f"overlap_reduce={self.overlap_reduce}, cuda_graphs={self.graphs is not None}, "
-            f"buckets={len(self.buckets.buckets)}"
+            f"{super().extra_repr()}, overlap_reduce={self.overlap_reduce}, "
+            f"cuda_graphs={self.graphs is not None}, buckets={len(self.buckets.buckets)}"
         )

@@ -3,6 +3,7 @@
 `KeptReplicas` is `FastDataParallel`'s replicate step (the ladder chapter): one
 clone per device, built once, refreshed in place from the original every step with
 one multi-tensor copy and one copy per device, instead of rebuilt modules.
+`check_keepable` is what the engines that keep replicas refuse when they wrap a module.
 """
 
 from __future__ import annotations
@@ -13,7 +14,28 @@ import torch
 from torch import nn
 
 from learn_parallel.devices import Device
+from learn_parallel.replicate import check_on_source_device
 from learn_parallel.variants.clone_replicate import clone_to
+
+
+def check_keepable(module: nn.Module, source: Device, cuda_graphs: bool, engine: str) -> None:
+    """Refuse what ``engine`` (FastDataParallel, ReplicatedStep) cannot keep replicas of.
+
+    CUDA graphs only on GPUs; gradients summed for parameters only (a buffer that
+    requires grad would be left out); the module on the first device, checked once
+    here, as the replicas are cloned from it once.
+    """
+    if cuda_graphs and source.is_simulated:
+        raise ValueError(
+            "cuda_graphs=True captures CUDA graphs, which need CUDA GPUs; these devices are "
+            "simulated on the CPU. Use cuda_graphs=False here."
+        )
+    if any(b.requires_grad for b in module.buffers()):
+        raise ValueError(
+            f"{engine} sums the gradients of parameters only, but the module has a buffer "
+            f"that requires grad. Make it a Parameter, or use DataParallel."
+        )
+    check_on_source_device(module, source)
 
 
 # [flat-layout]

@@ -24,10 +24,9 @@ from learn_parallel.devices import Device, DeviceLike
 from learn_parallel.ladder.buckets import Bucket, GradientBuckets
 from learn_parallel.ladder.collectives import all_reduce_across, broadcast_across
 from learn_parallel.ladder.graphs import StepGraphs
-from learn_parallel.ladder.kept_replicas import group_by_dtype, move_into_flat
+from learn_parallel.ladder.kept_replicas import check_keepable, group_by_dtype, move_into_flat
 from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.phases import phase
-from learn_parallel.replicate import check_on_source_device
 from learn_parallel.scatter_gather import gather, scatter_kwargs
 from learn_parallel.variants.clone_replicate import clone_to
 from learn_parallel.variants.tuple_parallel import move_to_device
@@ -77,12 +76,11 @@ class ReplicatedStep:
     ) -> None:
         self.devices: list[Device] = wrapper_devices(module, device_ids)
         source = self.devices[0]
-        _check_switches(source, per_device_inputs, cuda_graphs)
-        check_on_source_device(module, source)
-        if any(b.requires_grad for b in module.buffers()):
+        check_keepable(module, source, cuda_graphs, "ReplicatedStep")
+        if cuda_graphs and not per_device_inputs:
             raise ValueError(
-                "ReplicatedStep all-reduces the gradients of parameters only, but the module "
-                "has a buffer that requires grad. Make it a Parameter."
+                "cuda_graphs=True captures each device's step on its own, loss included, so it "
+                "needs per_device_inputs=True (one (input, target) piece per device)."
             )
         self.loss_fn, self.overlap = loss_fn, overlap
         self.per_device_inputs, self.broadcast_buffers = per_device_inputs, broadcast_buffers
@@ -243,19 +241,6 @@ class ReplicatedStep:
             f"overlap={self.overlap}, per_device_inputs={self.per_device_inputs}, "
             f"cuda_graphs={self.graphs is not None}, broadcast_buffers={self.broadcast_buffers}, "
             f"buckets={len(self.buckets.buckets)})"
-        )
-
-
-def _check_switches(source: Device, per_device_inputs: bool, cuda_graphs: bool) -> None:
-    if cuda_graphs and source.is_simulated:
-        raise ValueError(
-            "cuda_graphs=True captures CUDA graphs, which need CUDA GPUs; these devices are "
-            "simulated on the CPU. Use cuda_graphs=False here."
-        )
-    if cuda_graphs and not per_device_inputs:
-        raise ValueError(
-            "cuda_graphs=True captures each device's step on its own, loss included, so it "
-            "needs per_device_inputs=True (one (input, target) piece per device)."
         )
 
 

@@ -1,9 +1,10 @@
-"""Variants of DataParallel that change one of its four steps.
+"""Variants of DataParallel: subclasses that override some of its four steps.
 
 options (`OptionsDataParallel`: scatter and gather that take options),
-tuple_parallel (`TupleParallel`: one pre-split batch per device) and clone_replicate
-(`CloneDataParallel`: libtorch's replicate step). The engines that go past
-DataParallel's structure live in ``learn_parallel.ladder``.
+tuple_parallel (`TupleParallel`: scatter gives one pre-split batch to each device,
+gather leaves the outputs in place) and clone_replicate (`CloneDataParallel`:
+libtorch's replicate step). The engines that go past DataParallel's structure live
+in ``learn_parallel.ladder``.
 """
 
 from learn_parallel.variants.clone_replicate import CloneDataParallel

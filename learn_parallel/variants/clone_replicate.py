@@ -24,7 +24,7 @@ from torch import nn
 from torch.autograd import Function
 
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import Device, DeviceLike, resolved
+from learn_parallel.devices import Device, DeviceLike, resolve_devices
 from learn_parallel.replicate import check_on_source_device
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
@@ -111,7 +111,7 @@ def clone_replicate(
     DataParallel forward. ``detach`` (used under ``torch.no_grad()``) skips the
     edges.
     """
-    devices = resolved(devices)
+    devices = resolve_devices(devices)
     check_on_source_device(network, devices[0])
     clones = [clone_to(network, device) for device in devices]
     if detach:
@@ -153,4 +153,4 @@ class CloneDataParallel(DataParallel):
 
     def replicate(self, module: nn.Module, device_ids: Sequence[DeviceLike]) -> list[nn.Module]:
         # Under torch.no_grad() nothing will be differentiated: skip the edges.
-        return clone_replicate(module, self._devices_for(device_ids), not torch.is_grad_enabled())
+        return clone_replicate(module, device_ids, not torch.is_grad_enabled())

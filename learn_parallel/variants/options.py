@@ -18,7 +18,7 @@ from torch import nn
 
 from learn_parallel import nested
 from learn_parallel.data_parallel import DataParallel
-from learn_parallel.devices import Device, DeviceLike, output_torch_device
+from learn_parallel.devices import Device, DeviceLike, resolve_devices
 from learn_parallel.scatter_gather import join_outputs
 
 
@@ -108,7 +108,7 @@ def gather_except(
     """
     if not outputs:
         raise ValueError("gather_except() needs at least one replica output.")
-    target = output_torch_device(target_device)
+    target = resolve_devices(target_device, output=True).torch_device
     keys = frozenset(except_keywords)
     return _gather_or_keep(list(outputs), target, dim, keys, not gather_to_one_device, "output")
 
@@ -157,7 +157,7 @@ def gather_per_device(per_device: Any, target_device: DeviceLike, dim: int = 0) 
     device id: with ``device_ids=[2, 0, 1]`` the piece on device 2 comes first,
     as it did in the input. Gradients flow back to each device's piece.
     """
-    target = output_torch_device(target_device)
+    target = resolve_devices(target_device, output=True).torch_device
     return _gather_tuples(per_device, target, dim, "per_device")
 
 
@@ -239,7 +239,7 @@ class OptionsDataParallel(DataParallel):
         self, inputs: tuple[Any, ...], kwargs: dict[str, Any], device_ids: Sequence[DeviceLike]
     ) -> tuple[tuple[tuple[Any, ...], ...], tuple[dict[str, Any], ...]]:
         if self.inputs_are_scattered:
-            return take_scattered(inputs, kwargs, self._devices_for(device_ids))
+            return take_scattered(inputs, kwargs, resolve_devices(device_ids))
         return super().scatter(inputs, kwargs, device_ids)
 
     def gather(self, outputs: Sequence[Any], output_device: DeviceLike) -> Any:

@@ -19,15 +19,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.autograd.profiler import record_function
 from torch.utils.data import default_collate
 
 from learn_parallel import nested
-from learn_parallel.data_parallel import wrapper_devices
-from learn_parallel.devices import Device, DeviceLike
-from learn_parallel.parallel_apply import parallel_apply
-from learn_parallel.phases import phase
-from learn_parallel.replicate import check_on_source_device, replicate
+from learn_parallel.data_parallel import DataParallel
+from learn_parallel.devices import Device, DeviceLike, resolve_devices
 from learn_parallel.variants.options import check_on_device
 
 
@@ -52,11 +48,13 @@ def move_to_device(value: Any, device: Device) -> Any:
     return nested.rebuild(value, [move_to_device(member, device) for _, member in members])
 
 
-class TupleParallel(nn.Module):
+class TupleParallel(DataParallel):
     """Run ``module`` on N per-device batches at once; return N outputs, left in place.
 
-    ``device_ids`` and ``dim`` mean what they mean for DataParallel; there is no
-    ``output_device``, since nothing is gathered. With ``transfer=True`` (the
+    DataParallel with two steps changed: `scatter` gives batch i to device i instead
+    of splitting one batch, and `gather` leaves the outputs where they are, as a
+    tuple. ``device_ids`` and ``dim`` mean what they mean for DataParallel; there is
+    no ``output_device``, since nothing is gathered. With ``transfer=True`` (the
     default) batch i is moved to device i, and the keyword arguments, shared by
     every replica, are moved to every device; with ``transfer=False`` batch i
     must already sit there, which is checked for tensors (custom objects cannot
@@ -71,13 +69,8 @@ class TupleParallel(nn.Module):
         *,
         transfer: bool = True,
     ) -> None:
-        super().__init__()
-        self.module = module
-        self.dim = dim
+        super().__init__(module, device_ids, dim=dim)
         self.transfer = transfer
-        self.devices: list[Device] = wrapper_devices(module, device_ids)
-        self.device_ids: list[int] = [d.index for d in self.devices]
-        self.src_device: Device = self.devices[0]
 
     def extra_repr(self) -> str:
         simulated = " (simulated on the CPU)" if self.src_device.is_simulated else ""
@@ -86,24 +79,17 @@ class TupleParallel(nn.Module):
 
     def forward(self, batches: Sequence[Any], **kwargs: Any) -> tuple[Any, ...]:
         """``module(batches[i], **kwargs)`` on device i, for every i; returns the N outputs."""
-        with record_function("learn_parallel.TupleParallel.forward"):
-            if len(self.devices) == 1:  # on several, replicate checks before it copies
-                check_on_source_device(self.module, self.src_device)
-            with phase("scatter"):
-                inputs, kwargs_tup = self._place(batches, kwargs)
-            if len(self.devices) == 1:
-                with phase("forward", self.src_device):
-                    return (self.module(*inputs[0], **kwargs_tup[0]),)
-            with phase("replicate"):
-                # Under torch.no_grad() nothing will be differentiated: skip the autograd wiring.
-                replicas = replicate(self.module, self.devices, not torch.is_grad_enabled())
-            return tuple(parallel_apply(replicas, inputs, kwargs_tup, self.devices))
+        output = super().forward(batches, **kwargs)
+        # One device calls the module itself and skips gather: a tuple all the same.
+        return (output,) if len(self.devices) == 1 else output
 
-    def _place(
-        self, batches: Sequence[Any], kwargs: dict[str, Any]
-    ) -> tuple[list[tuple[Any]], list[dict[str, Any]]]:
+    def scatter(
+        self, inputs: tuple[Any, ...], kwargs: dict[str, Any], device_ids: Sequence[DeviceLike]
+    ) -> tuple[tuple[tuple[Any, ...], ...], tuple[dict[str, Any], ...]]:
         """Per-replica (args, kwargs): batch i on device i, the kwargs on every device."""
-        n = len(self.devices)
+        (batches,) = inputs  # forward's one positional argument
+        devices = resolve_devices(device_ids)
+        n = len(devices)
         if not isinstance(batches, tuple | list) or nested.is_namedtuple(batches):
             raise TypeError(
                 f"TupleParallel expects a tuple of {n} batches, one per device, but got a "
@@ -114,11 +100,11 @@ class TupleParallel(nn.Module):
         if len(batches) != n:
             raise ValueError(
                 f"TupleParallel got {len(batches)} batches but runs on {n} devices "
-                f"([{', '.join(map(str, self.devices))}]); pass exactly one batch per "
+                f"([{', '.join(map(str, devices))}]); pass exactly one batch per "
                 f"device, e.g. with collate_fn=PerDeviceCollate({n}) in the DataLoader."
             )
         if not self.transfer:
-            for i, (batch, device) in enumerate(zip(batches, self.devices)):
+            for i, (batch, device) in enumerate(zip(batches, devices)):
                 check_on_device(
                     batch,
                     device,
@@ -128,10 +114,14 @@ class TupleParallel(nn.Module):
                     f"TupleParallel moves it.",
                 )
         else:
-            batches = [move_to_device(b, d) for b, d in zip(batches, self.devices)]
+            batches = [move_to_device(b, d) for b, d in zip(batches, devices)]
         # Keyword arguments are shared, so every replica needs its own copy on its device.
-        kwargs_tup = [move_to_device(kwargs, d) for d in self.devices]
-        return [(batch,) for batch in batches], kwargs_tup
+        kwargs_tup = tuple(move_to_device(kwargs, d) for d in devices)
+        return tuple((batch,) for batch in batches), kwargs_tup
+
+    def gather(self, outputs: Sequence[Any], output_device: DeviceLike) -> tuple[Any, ...]:
+        """Nothing is joined: output i stays on device i, in a tuple."""
+        return tuple(outputs)
 
     def collate_fn(self, collate: Callable[[list], Any] = default_collate) -> PerDeviceCollate:
         """A DataLoader ``collate_fn`` that gives this TupleParallel its N batches."""

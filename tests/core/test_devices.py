@@ -9,8 +9,7 @@ from learn_parallel.devices import (
     Device,
     DeviceCapacity,
     check_balance,
-    resolve_device_ids,
-    to_device,
+    resolve_devices,
 )
 
 
@@ -41,9 +40,16 @@ def test_bad_environment_variable_is_named(monkeypatch, value):
         lp.device_count()
 
 
-@pytest.mark.parametrize("given", [1, "sim:1", Device("sim", 1)])
+@pytest.mark.parametrize("given", [1, "sim:1", torch.device("sim", 1), Device("sim", 1)])
 def test_ids_are_normalised(given):
-    assert to_device(given) == Device("sim", 1)
+    assert resolve_devices([given]) == [Device("sim", 1)]
+    assert resolve_devices(given, output=True) == Device("sim", 1)
+
+
+def test_checked_devices_pass_unchanged():
+    devices = resolve_devices([2, 0])
+    assert all(a is b for a, b in zip(resolve_devices(devices), devices))
+    assert resolve_devices(devices[0], output=True) is devices[0]
 
 
 def test_simulated_devices_say_so_everywhere():
@@ -83,7 +89,7 @@ def test_bad_device_ids_get_clear_errors(device_ids, error, message):
 
 def test_too_many_ids_name_the_fix():
     with pytest.raises(ValueError, match="Set LEARN_PARALLEL_SIMULATED_DEVICES to simulate more"):
-        resolve_device_ids([7])
+        resolve_devices([7])
 
 
 def test_one_device_calls_the_module_itself():

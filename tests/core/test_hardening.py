@@ -2,7 +2,6 @@
 
 import contextlib
 import gc
-import importlib
 import os
 import subprocess
 import sys
@@ -22,7 +21,6 @@ import learn_parallel as lp
 from learn_parallel.devices import Device
 from learn_parallel.replicate import Broadcast, copy_to_devices
 
-pa = importlib.import_module("learn_parallel.parallel_apply")  # the module, not the function
 SIM = SimDevices(4)  # SIM[0] is device_ids[0]: models live there, outputs land there
 
 
@@ -160,32 +158,36 @@ def test_data_parallel_from_a_helper_thread_of_a_replica_completes():
     torch.testing.assert_close(again, net.inner(x))
 
 
-# -- 4. fork and shutdown ---------------------------------------------------------------
+# -- 4. fork ------------------------------------------------------------------------------
 
 
-def test_fork_while_another_thread_holds_the_pool_lock_leaves_a_working_child():
+def test_fork_while_a_worker_is_busy_leaves_a_working_child():
+    """The child has none of the parent's threads: it must start workers of its own, even
+    for a device whose worker was busy (its idle lock held) at the fork."""
     script = textwrap.dedent(
         """
         import os, sys, threading, time
         import torch
         from torch import nn
         import learn_parallel as lp
-        import importlib
-        pa = importlib.import_module("learn_parallel.parallel_apply")
 
-        held, release = threading.Event(), threading.Event()
+        running, release = threading.Event(), threading.Event()
 
-        def hold():
-            with pa._workers_lock:  # another thread inside the worker lookup
-                held.set()
+        class Waits(nn.Module):
+            def forward(self, x):
+                running.set()
                 release.wait()
+                return x
 
-        threading.Thread(target=hold, daemon=True).start()
-        assert held.wait(10)
+        replicas, inputs = [Waits(), nn.Identity()], [(torch.ones(2),)] * 2
+        call = lambda: lp.parallel_apply(replicas, inputs, None, [0, 1])
+        threading.Thread(target=call, daemon=True).start()
+        assert running.wait(10)  # sim:0's worker is inside a replica now
         pid = os.fork()
         if pid == 0:  # elementwise work only: see the note on torch's CPU thread pool
             out = lp.parallel_apply([nn.Identity()] * 2, [(torch.ones(2),)] * 2, None, [0, 1])
-            os._exit(0 if len(out) == 2 else 1)
+            names = {t.name for t in threading.enumerate()}
+            os._exit(0 if len(out) == 2 and "learn_parallel worker sim:0" in names else 1)
         release.set()
         for _ in range(200):
             done, status = os.waitpid(pid, os.WNOHANG)
@@ -204,21 +206,6 @@ def test_fork_while_another_thread_holds_the_pool_lock_leaves_a_working_child():
         env={**os.environ, "LEARN_PARALLEL_SIMULATE": "1"},
     )
     assert done.returncode == 0, done.stderr[-2000:]
-
-
-def test_a_job_submitted_as_the_pool_shuts_down_still_runs(monkeypatch):
-    pa.shutdown_workers()
-    look_up = pa._worker_for
-
-    def shut_down_meanwhile(device):
-        worker = look_up(device)
-        pa.shutdown_workers(timeout=1)  # e.g. another thread running atexit, right now
-        return worker
-
-    monkeypatch.setattr(pa, "_worker_for", shut_down_meanwhile)
-    inputs = [(torch.ones(1),)] * 2
-    outputs = run_in_thread(lambda: lp.parallel_apply([nn.Identity()] * 2, inputs, None, [0, 1]))
-    assert [o.item() for o in outputs] == [1.0, 1.0]
 
 
 # -- 5. exceptions keep their type, attributes, cause and traceback ----------------------

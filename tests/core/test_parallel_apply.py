@@ -13,7 +13,6 @@ from _training import SimDevices
 from torch import nn
 
 import learn_parallel as lp
-from learn_parallel.parallel_apply import worker_threads
 
 SIM = SimDevices(4)  # SIM[0] is device_ids[0]: models live there, outputs land there
 KIND = "sim"  # "sim": simulated devices have an autocast of their own, like "cuda"
@@ -30,6 +29,11 @@ class Probe(nn.Module):
             "autocast": (torch.is_autocast_enabled(KIND), torch.get_autocast_dtype(KIND)),
             "x": x,
         }
+
+
+def worker_threads():
+    """The live worker threads (at most one per device ever used)."""
+    return [t for t in threading.enumerate() if t.name.startswith("learn_parallel worker")]
 
 
 def run_probes(n=3):
@@ -124,6 +128,12 @@ def test_lowest_failing_replica_wins_and_odd_exception_types_still_report():
         lp.parallel_apply([Broken(), Broken()], [(torch.ones(1),)] * 2, None, [0, 1])
 
 
+def test_replicas_may_share_a_device():
+    results = lp.parallel_apply([Probe()] * 3, [(torch.ones(1),)] * 3, None, [0, 1, 0])
+    assert [r["name"] for r in results][1] == "learn_parallel worker sim:1"
+    assert len({r["thread"] for r in results}) == 3  # sim:0's second job: a thread of its own
+
+
 def test_length_mismatches_are_reported():
     with pytest.raises(ValueError, match="got 2 modules but 1 inputs"):
         lp.parallel_apply([Probe(), Probe()], [(torch.ones(1),)])
@@ -179,13 +189,8 @@ def test_no_reference_cycles_keep_the_model_alive():
         gc.enable()
 
 
-def test_workers_restart_after_shutdown_and_the_process_exits_cleanly():
-    from learn_parallel.parallel_apply import shutdown_workers
-
-    run_probes()
-    shutdown_workers()
-    assert worker_threads() == []
-    assert len(run_probes()) == 3
+def test_the_process_exits_cleanly_with_its_workers_idle():
+    """The workers are daemon threads: an idle one never holds up the end of the process."""
     script = (
         "import torch, learn_parallel as lp; "
         "net = torch.nn.Linear(2, 2).to(lp.Device('sim', 0).torch_device); "

@@ -1,5 +1,6 @@
-"""A batch's route through DataParallel.forward: devices resolved once, in __init__; the
-module walked once per step; the input structure walked once, and checked before any copy."""
+"""A batch's route through DataParallel.forward: torch's int ids checked by the steps that
+take them, the devices of __init__ passed on where torch passes none; the module walked once
+per step; the input structure walked once, and checked before any copy."""
 
 import sys
 from collections import Counter
@@ -36,22 +37,23 @@ class CountingSequential(nn.Sequential):
         return super().named_buffers(*args, **kwargs)
 
 
-def test_a_training_step_resolves_no_device_and_walks_the_module_once():
+def test_a_training_step_parses_only_torchs_int_ids_and_walks_the_module_once():
     net = CountingSequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 1))
     net.to(lp.Device("sim", 0).torch_device)  # device_ids[0]
     dp = lp.DataParallel(net, [0, 1, 2, 3])
     x = torch.randn(8, 3)
     dp(x).sum().backward()  # the first step may start the workers
     net.walks = {"named_modules": 0, "named_parameters": 0, "named_buffers": 0}
-    with counting("to_device") as calls, counting("resolve_device_ids") as lists:
+    with counting("_parse") as parsed:
         dp(x).sum().backward()
-    assert calls[0] == 0, f"{calls[0]} calls to to_device in one step"
-    assert lists[0] == 0, f"{lists[0]} calls to resolve_device_ids in one step"
+    # scatter and replicate take int ids, as torch's do, and check each (4 ids each);
+    # parallel_apply and gather get the Devices of __init__, which pass unchanged.
+    assert parsed[0] == 2 * 4, f"{parsed[0]} ids parsed in one step"
     assert net.walks == {"named_modules": 1, "named_parameters": 0, "named_buffers": 0}
 
 
-def test_every_step_gets_the_devices_resolved_in_init(monkeypatch):
-    """scatter, replicate and parallel_apply all receive __init__'s own Device objects."""
+def test_the_steps_get_torchs_ids_or_the_devices_resolved_in_init(monkeypatch):
+    """scatter and replicate receive the int ids; parallel_apply __init__'s own Devices."""
     received = {}
     # The function each step calls, and the position of its devices argument.
     for name, position in (("scatter_kwargs", 2), ("make_replicas", 1), ("parallel_apply", 3)):
@@ -64,11 +66,10 @@ def test_every_step_gets_the_devices_resolved_in_init(monkeypatch):
         monkeypatch.setattr(data_parallel, name, spy)
     dp = lp.DataParallel(nn.Linear(3, 1).to(lp.Device("sim", 2).torch_device), [2, 0, 1, 3])
     dp(torch.randn(3, 3))  # three rows: three replicas
-    assert [str(d) for d in received["scatter_kwargs"]] == ["sim:2", "sim:0", "sim:1", "sim:3"]
-    for name, devices in received.items():
-        expected = dp.devices if name == "scatter_kwargs" else dp.devices[:3]
-        assert len(devices) == len(expected), name
-        assert all(got is kept for got, kept in zip(devices, expected)), name
+    assert received["scatter_kwargs"] == [2, 0, 1, 3] == dp.device_ids
+    assert received["make_replicas"] == [2, 0, 1]
+    devices = received["parallel_apply"]
+    assert len(devices) == 3 and all(a is b for a, b in zip(devices, dp.devices))
 
 
 def test_the_input_structure_is_walked_once(monkeypatch):

@@ -35,7 +35,7 @@ def _model() -> nn.Module:
     torch.manual_seed(0)
     # On device 0 (sim:0 here): DataParallel's default device_ids[0], where it must live.
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
-    return model.to(lp.devices.to_device(0).torch_device)
+    return model.to(lp.devices.resolve_devices([0])[0].torch_device)
 
 
 def test_phases_are_profiler_ranges_in_every_thread(tmp_path):

@@ -26,7 +26,6 @@ from learn_parallel import DistributedDataParallel
 from learn_parallel.lab import ddp_checks
 from learn_parallel.lab.ddp_checks import reference_training, step_batches, tiny_model
 from learn_parallel.lab.processes import RankFailed, run_ranks
-from learn_parallel.ladder.collectives import assign_buckets
 
 TOL = dict(rtol=0, atol=1e-12)
 RUN = dict(timeout_s=150, group_timeout_s=60, threads=1)
@@ -152,11 +151,21 @@ def test_backward_without_sync_flag_reuses_buckets_every_step(one_process_group)
         torch.testing.assert_close(p.grad, q.grad, **TOL)
 
 
-def test_buckets_are_filled_from_the_last_parameter():
-    assert assign_buckets([4, 4, 4, 4], cap_bytes=8) == [[3, 2], [1, 0]]
-    assert assign_buckets([4, 100, 4], cap_bytes=8) == [[2], [1], [0]]  # too big: alone
-    assert assign_buckets([1, 2, 3], cap_bytes=100) == [[2, 1, 0]]
-    assert assign_buckets([], cap_bytes=8) == []
+def test_a_bucket_holds_one_dtype_and_mixed_dtypes_train_as_one_process(one_process_group):
+    """The planner is the ladder's: float32 and float64 gradients never share a flat tensor."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 4).double(), nn.Linear(4, 2))  # float64, then float32
+    model.forward = lambda x: model[1](model[0](x).float())
+    ddp = DistributedDataParallel(model, bucket_cap_mb=1)  # room for all: one bucket per dtype
+    dtypes = [{ddp.params[i].dtype for i in b.positions} for b in ddp.buckets]
+    assert dtypes == [{torch.float32}, {torch.float64}]  # the last layer's bucket first
+    x = torch.randn(5, 8, dtype=torch.float64)
+    ddp(x).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()  # the same model alone: world size 1 averages over one rank
+    for grad, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(grad, p.grad, **TOL)
 
 
 def _fails_on_rank_1(rank: int, world: int) -> None:

@@ -4,8 +4,8 @@ Kept replicas and overlapped reduction run on the CPU too (CUDA graphs are
 tested in test_gpu_bridges.py); each must equal one-device training: outputs,
 gradients and weights after three SGD steps with momentum (tolerance as in
 test_equivalence.py). The preconditions that can be checked are refused with
-errors that name the fix. Its buckets are `collectives.assign_buckets` per dtype,
-and it checks its devices as every wrapper does.
+errors that name the fix. Its buckets are `buckets.plan_buckets`'s (DDP's rule per
+dtype), and it checks its devices as every wrapper does.
 """
 
 import contextlib
@@ -19,9 +19,8 @@ from _training import TOL, assert_same
 from torch import nn
 
 import learn_parallel as lp
-from learn_parallel.devices import resolve_device_ids
+from learn_parallel.devices import resolve_devices
 from learn_parallel.ladder.buckets import plan_buckets
-from learn_parallel.ladder.collectives import assign_buckets
 from learn_parallel.ladder.fast import FastDataParallel
 from learn_parallel.ladder.graphs import ReplicaGraphs
 
@@ -33,7 +32,7 @@ RUNGS = {
 
 def source(devices):
     """device_ids[0] as a torch device: the module must live there before wrapping."""
-    return resolve_device_ids(devices)[0].torch_device
+    return resolve_devices(devices)[0].torch_device
 
 
 def net(batch_norm=False, on=None):
@@ -94,11 +93,8 @@ def test_buckets_are_ddps_within_each_dtype():
     cap = 100  # bytes
     fast = FastDataParallel(module.to(source([0, 1])), [0, 1], bucket_mb=cap / 2**20)
     got = [b.positions for b in fast.buckets.buckets]
-    doubles, floats = [0, 1, 3, 5], [2, 4]
-    expected = [[doubles[k] for k in b] for b in assign_buckets([40, 240, 8, 64], cap)]
-    expected += [[floats[k] for k in b] for b in assign_buckets([20, 4], cap)]
-    assert got == expected == [[5, 3], [1], [0], [4, 2]]
-    assert plan_buckets(list(module.parameters()), cap) == expected
+    # float64: 64 + 8 bytes, then 240 alone (over the cap beside them), then 40; float32: 4 + 20.
+    assert got == plan_buckets(list(module.parameters()), cap) == [[5, 3], [1], [4, 2], [0]]
 
 
 def test_devices_are_checked_like_every_wrappers(monkeypatch):

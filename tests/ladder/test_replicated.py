@@ -23,7 +23,7 @@ import torch
 from _training import TOL, train_like_ddp
 from torch import nn
 
-from learn_parallel.devices import resolve_device_ids
+from learn_parallel.devices import resolve_devices
 from learn_parallel.ladder import ReplicatedStep
 from learn_parallel.ladder import graphs as graphs_module
 from learn_parallel.ladder.graphs import StepGraphs
@@ -64,7 +64,7 @@ def one_device(count, gathered, batch_norm=True):
 
 
 def replicated(devices, batch_norm=True, **switches):
-    model = net(batch_norm).to(resolve_device_ids(devices)[0].torch_device)
+    model = net(batch_norm).to(resolve_devices(devices)[0].torch_device)
     step = ReplicatedStep(model, sgd, loss_fn, devices, bucket_mb=0.0005, **switches)
     losses = []
     for x, y in batches():
@@ -163,7 +163,7 @@ def test_per_device_inputs_scatter_and_gather_nothing(monkeypatch):
 
 
 def test_frozen_parameter_stays_and_an_unused_one_is_refused():
-    model = net().to(resolve_device_ids([0, 1])[0].torch_device)
+    model = net().to(resolve_devices([0, 1])[0].torch_device)
     model[0].weight.requires_grad_(False)
     before = model[0].weight.detach().clone()
     step = ReplicatedStep(model, sgd, loss_fn, [0, 1])
@@ -184,7 +184,7 @@ def test_frozen_parameter_stays_and_an_unused_one_is_refused():
 
 
 def test_bad_input_is_refused_with_the_fix():
-    on = resolve_device_ids([0, 1])[0].torch_device
+    on = resolve_devices([0, 1])[0].torch_device
     step = ReplicatedStep(net().to(on), sgd, loss_fn, [0, 1])
     with pytest.raises(ValueError, match=r"piece per device, 2 in all, but got 2 items \(Tensor"):
         step(batches()[0])
@@ -265,7 +265,7 @@ class FakeCapture:
 @pytest.mark.parametrize("refuse", [False, True])
 def test_step_graphs_warm_up_capture_one_device_at_a_time_then_replay(refuse):
     log = []
-    devices = resolve_device_ids([0, 1])
+    devices = resolve_devices([0, 1])
     pieces = [(torch.full((2,), float(k)), torch.zeros(2)) for k in range(2)]
     with pytest.MonkeyPatch.context() as mp:
         fake = FakeCapture(mp, log)
@@ -318,7 +318,7 @@ def test_step_graphs_warm_up_capture_one_device_at_a_time_then_replay(refuse):
 
 def test_what_the_graphs_hold_trains_like_one_device_in_the_replay_order():
     # A replay runs exactly these parts, in this order; here they run eagerly on the CPU.
-    model = net().to(resolve_device_ids([0, 1, 2])[0].torch_device)
+    model = net().to(resolve_devices([0, 1, 2])[0].torch_device)
     step = ReplicatedStep(model, sgd, loss_fn, [0, 1, 2], bucket_mb=0.0005)
     losses = []
     step._sync_buffers()  # before the first replay

@@ -13,7 +13,7 @@ from _training import TOL, assert_same
 from torch import nn
 
 import learn_parallel as lp
-from learn_parallel.devices import resolve_device_ids
+from learn_parallel.devices import resolve_devices
 from learn_parallel.variants.clone_replicate import ReduceAddEdge, clone_replicate, clone_to
 
 # The two replicate strategies: PyTorch's Broadcast (the base class) and libtorch's clone.
@@ -22,7 +22,7 @@ WRAPPERS = {"broadcast": lp.DataParallel, "clone": lp.CloneDataParallel}
 
 def source(devices):
     """device_ids[0] as a torch device: the module must live there before replicating."""
-    return resolve_device_ids(devices)[0].torch_device
+    return resolve_devices(devices)[0].torch_device
 
 
 def mlp():
@@ -93,7 +93,7 @@ def test_each_replica_parameter_has_one_reduce_add_edge_to_the_original():
 def test_clones_are_copies_on_their_devices():
     model = mlp().to(source([0, 1]))
     replicas = clone_replicate(model, [0, 1])
-    for replica, device in zip(replicas, resolve_device_ids([0, 1]), strict=True):
+    for replica, device in zip(replicas, resolve_devices([0, 1]), strict=True):
         for p, q in zip(replica.parameters(), model.parameters(), strict=True):
             assert p.device == device.torch_device
             assert torch.equal(p.cpu(), q.cpu()) and p.data_ptr() != q.data_ptr()
@@ -105,7 +105,7 @@ def test_frozen_parameters_get_no_edge_and_no_gradient():
     model[0].weight.requires_grad_(False)
     replicas = clone_replicate(model, [0, 1])
     assert replicas[1][0].weight.grad_fn is None and not replicas[1][0].weight.requires_grad
-    first, second = (d.torch_device for d in resolve_device_ids([0, 1]))
+    first, second = (d.torch_device for d in resolve_devices([0, 1]))
     x = batches()[0][0]
     out = torch.cat([replicas[0](x[:4].to(first)), replicas[1](x[4:].to(second)).to(first)])
     out.sum().backward()

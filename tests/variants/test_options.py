@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from learn_parallel import OptionsDataParallel, device_type, gather_per_device
-from learn_parallel.devices import to_device
+from learn_parallel.devices import resolve_devices
 
 TOL = {"rtol": 1e-10, "atol": 1e-12}
 Out = namedtuple("Out", ["a", "b"])
@@ -43,7 +43,7 @@ def on_gpu() -> bool:
 
 
 def source_of(device_ids) -> torch.device:
-    return to_device(device_ids[0]).torch_device
+    return resolve_devices([device_ids[0]])[0].torch_device
 
 
 def on(module: nn.Module, device_ids) -> nn.Module:
@@ -53,7 +53,7 @@ def on(module: nn.Module, device_ids) -> nn.Module:
 
 def spread(values, device_ids=(0, 1, 2, 3)) -> tuple:
     """Value i moved to device_ids[i], as inputs_are_scattered=True expects."""
-    return tuple(v.to(to_device(d).torch_device) for v, d in zip(values, device_ids))
+    return tuple(v.to(resolve_devices([d])[0].torch_device) for v, d in zip(values, device_ids))
 
 
 def batch(rows: int = 16, features: int = 5, seed: int = 0) -> torch.Tensor:

@@ -398,9 +398,14 @@ def test_gpu_transfer_off_refuses_a_batch_on_the_wrong_gpu():
     assert outputs[1].device == torch.device("cuda", 1)
 
 
-def test_tuple_parallel_stands_on_its_own():
+def test_tuple_parallel_is_dataparallel_with_its_own_scatter_and_gather():
     tp = TupleParallel(nn.Linear(2, 2), device_ids=[0, 1])
-    assert not isinstance(tp, DataParallel)
-    assert not hasattr(tp, "gather") and not hasattr(tp, "output_device")
-    assert "output_device" not in repr(tp)
+    assert isinstance(tp, DataParallel)
+    changed = {
+        n for n in ("scatter", "replicate", "parallel_apply", "gather") if n in vars(TupleParallel)
+    }
+    assert changed == {"scatter", "gather"}
+    assert "output_device" not in repr(tp)  # nothing is gathered
     assert "devices=[sim:0, sim:1] (simulated on the CPU), dim=0, transfer=True" in repr(tp)
+    outputs = [torch.ones(1), torch.ones(1)]
+    assert tp.gather(outputs, tp.output_device) == tuple(outputs)  # left as they are

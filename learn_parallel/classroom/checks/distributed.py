@@ -9,7 +9,7 @@ import torch
 
 from learn_parallel.classroom import exercise
 from learn_parallel.classroom.judge import observe
-from learn_parallel.ladder.collectives import assign_buckets
+from learn_parallel.ladder.buckets import plan_buckets
 
 
 class ThreadRanks:
@@ -112,7 +112,7 @@ BUCKET_CASES = [
 def check_buckets(assign: Callable[[list[int], int], list[list[int]]]) -> None:
     """``assign(sizes_in_bytes, cap_bytes)`` groups parameter indices like our DDP does."""
     for sizes, cap in BUCKET_CASES:
-        expected = assign_buckets(sizes, cap)
+        expected = plan_buckets([torch.empty(size, dtype=torch.uint8) for size in sizes], cap)
         got = assign(list(sizes), cap)
         if got != expected:
             raise AssertionError(

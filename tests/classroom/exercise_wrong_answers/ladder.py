@@ -1,11 +1,15 @@
 WRONG_ANSWERS = {
     "bucket-plan": {
         "plans all dtypes together, so a bucket mixes dtypes": """
-from learn_parallel.ladder.collectives import assign_buckets
-
-
 def plan_buckets(sizes, dtypes, cap):
-    return assign_buckets(sizes, cap)
+    buckets, current, size = [], [], 0
+    for i in reversed(range(len(sizes))):
+        if current and size + sizes[i] > cap:
+            buckets.append(current)
+            current, size = [], 0
+        current.append(i)
+        size += sizes[i]
+    return buckets + [current] if current else buckets
 """,
         "walks each dtype's parameters first to last (forward's order)": """
 def plan_buckets(sizes, dtypes, cap):
@@ -22,13 +26,18 @@ def plan_buckets(sizes, dtypes, cap):
     return buckets
 """,
         "gives positions inside each dtype's group, not in the parameter list": """
-from learn_parallel.ladder.collectives import assign_buckets
-
-
 def plan_buckets(sizes, dtypes, cap):
     buckets = []
     for dtype in dict.fromkeys(dtypes):
-        buckets += assign_buckets([s for s, d in zip(sizes, dtypes) if d == dtype], cap)
+        mine = [s for s, d in zip(sizes, dtypes) if d == dtype]
+        current, size = [], 0
+        for i in reversed(range(len(mine))):
+            if current and size + mine[i] > cap:
+                buckets.append(current)
+                current, size = [], 0
+            current.append(i)
+            size += mine[i]
+        buckets += [current] if current else []
     return buckets
 """,
         "asks the forbidden FastDataParallel for its buckets": """

@@ -16,14 +16,14 @@ import torch
 from torch import nn
 
 import learn_parallel as lp
-from learn_parallel.devices import device_count, device_type, resolve_device_ids
+from learn_parallel.devices import device_count, device_type, resolve_devices
 from learn_parallel.parallel_apply import _Job
 from learn_parallel.replicate import Broadcast
 from learn_parallel.scatter_gather import Gather, Scatter
 
 
 def _devices(n: int | None = None):
-    devices = resolve_device_ids(None)
+    devices = resolve_devices(None)
     return devices if n is None else devices[:n]
 
 
