@@ -61,8 +61,10 @@ def parallel_apply(
     if len(jobs) == 1:  # one replica runs right here, as in torch
         jobs[0].run()
     else:
+        taken: set[Device] = set()  # a device's second replica runs beside its first
         for job, device in zip(jobs, devices):
-            _start(job, device)
+            _start(job, device, beside=device in taken)
+            taken.add(device)
     for job in jobs:
         job.done.wait()
 
@@ -147,8 +149,9 @@ class _Job:
 _workers: dict[Device, _Worker] = {}
 
 
-def _start(job: _Job, device: Device) -> None:
-    """Run ``job`` on ``device``'s worker, or on a thread of its own if the worker is busy.
+def _start(job: _Job, device: Device, beside: bool = False) -> None:
+    """Run ``job`` on ``device``'s worker, or on a thread of its own if the worker is busy
+    (or, ``beside``, has a replica of this same call).
 
     A busy worker may be running a replica that waits for this very call (a nested
     DataParallel, or a replica's helper thread calling one): queueing behind it could
@@ -158,7 +161,7 @@ def _start(job: _Job, device: Device) -> None:
     worker = _workers.get(device)
     if worker is None or not worker.thread.is_alive():  # first use, or a forked child
         worker = _workers[device] = _Worker(device)
-    if worker.idle.acquire(blocking=False):
+    if not beside and worker.idle.acquire(blocking=False):
         worker.jobs.put(job)
     else:
         extra = threading.Thread(target=job.run, name=f"learn_parallel extra {device}", daemon=True)

@@ -365,7 +365,7 @@ def _calls_out_of(module_file: str, run) -> list[str]:
 def test_a_replay_makes_only_the_calls_the_gpus_need():
     # Per device: its two graphs' replays; then the two collectives' callbacks; copies only
     # for inputs that are not the tensors the graphs were captured with.
-    devices = resolve_device_ids([0, 1, 2])
+    devices = resolve_devices([0, 1, 2])
     pieces = [(torch.full((2,), float(k)), torch.zeros(2)) for k in range(3)]
     with pytest.MonkeyPatch.context() as mp:
         fake = FakeCapture(mp, [])
