@@ -45,6 +45,14 @@ from learn_parallel.lab.trace import chrome_trace
 from learn_parallel.lab.workloads import SIZES, Workload, build_model, parameter_count
 
 IMPLEMENTATIONS = ("single", "learn_parallel", "torch_dp", "replicated", "ddp")
+# Where a row ran (its "ran_on"): this process's devices (GPUs, or simulated devices on the
+# CPU), or DDP's processes: one per GPU over NCCL, else plain CPU processes over gloo, since
+# a DDP process has no simulated devices. Rows that ran on different kinds compare nothing.
+RAN_ON = {
+    "cuda": "GPUs",
+    "sim": "simulated devices, threads of one process on the CPU",
+    "cpu": "plain CPU processes, one per device, talking through gloo",
+}
 SCHEMA = "learn_parallel.lab.bench/1"  # unchanged since the module moved: old files read alike
 WRAPPERS = {"single": one_device, "learn_parallel": DataParallel, "torch_dp": torch.nn.DataParallel}
 
@@ -198,10 +206,11 @@ def measure_in_process(
 def ddp_rows(count: int, groups: Sequence[Group], settings: Settings) -> list[dict[str, Any]]:
     """torch's DDP in ``count`` processes, one launch per cudnn.benchmark setting."""
     rows = {g.key: _row(g, "ddp", count) for g in groups}
-    backend = "NCCL" if choose_backend(count)[0] == "nccl" else "gloo, one CPU process per device"
+    nccl = choose_backend(count)[0] == "nccl"
+    backend = "NCCL" if nccl else "gloo, one CPU process per device"
     runnable = []
     for g in groups:
-        rows[g.key]["note"] = f"{count} process(es), {backend}"
+        rows[g.key].update(note=f"{count} process(es), {backend}", ran_on="cuda" if nccl else "cpu")
         if share(g.workload.batch, count, count - 1) == 0:  # the last rank would wait forever
             rows[g.key].update(
                 status="failed",
@@ -302,6 +311,7 @@ def _row(group: Group, implementation: str, count: int) -> dict[str, Any]:
         "cudnn_benchmark": group.cudnn_benchmark,
         "implementation": implementation,
         "devices": 1 if implementation == "single" else count,
+        "ran_on": device_type(),  # a key of RAN_ON; DDP's rows say where their processes ran
         "global_batch": group.workload.batch,
         "status": "ok",
         "note": "",

@@ -51,10 +51,10 @@ def toc_pages() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def site():
+def site(tmp_path_factory):
     if jupyter_book() is None:
         pytest.skip("jupyter-book is not installed (pip install -r requirements.txt)")
-    html = built_site()
+    html = built_site(tmp_path_factory)
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):

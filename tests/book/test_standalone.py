@@ -505,10 +505,10 @@ def test_the_gpu_instructions_are_the_same_in_the_readme_and_the_intro():
 
 
 @pytest.fixture(scope="module")
-def site() -> Path:
+def site(tmp_path_factory) -> Path:
     if jupyter_book() is None:
         pytest.skip("jupyter-book is not installed (pip install -r requirements.txt)")
-    return built_site()
+    return built_site(tmp_path_factory)
 
 
 def test_launch_links_point_at_notebooks_in_the_repository(site):
