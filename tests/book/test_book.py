@@ -64,6 +64,15 @@ def test_book_builds_without_warnings(tmp_path):
     assert re.search(header, page), "the teaching page's exercise table is not a <table>"
     assert "| chapter | exercise |" not in page
 
+    # Formulas: MathJax comes with the site (sphinx-mathjax-offline), never from a CDN.
+    def mathjax(path: Path) -> list[str]:
+        return re.findall(r'<script[^>]*src="([^"]*mathjax[^"]*)"', path.read_text(), re.I)
+
+    assert mathjax(html / "book" / "distributed.html") == ["../_static/mathjax/tex-chtml.js"]
+    for path in html.rglob("*.html"):
+        assert all(src.endswith("_static/mathjax/tex-chtml.js") for src in mathjax(path)), path
+    assert (html / "_static" / "mathjax" / "tex-chtml.js").is_file()
+
 
 # A chapter whose cells show errors on purpose (its exercise checks, tagged
 # raises-exception), print, plot, and start simulated devices in the kernel.
