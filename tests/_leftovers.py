@@ -2,7 +2,8 @@
 
 The process that runs the session (pytest's controller under xdist) points ``TMPDIR`` at a
 fresh, empty folder before any test starts; the xdist workers, nbval, the Jupyter kernels,
-the book builds and every other process a test starts inherit it. At the end of the session
+the book builds, nested pytest sessions and every other process a test starts inherit it
+(a nested session leaves the checking to the run). At the end of the session
 whatever is left in that folder, or changed under ``_build/`` (where the README's build
 writes the reader's site), is listed and fails the run; the folder is then removed. Tests
 keep what they write in pytest's own temporary paths (``tmp_path``), outside that folder,
@@ -19,9 +20,11 @@ from pathlib import Path
 
 import pytest
 
-# torch's compile cache: DistributedDataParallel's constructor makes it (empty) in the
-# temporary folder, where torch keeps it from run to run on purpose.
-TORCH_CACHE = "torchinductor_*"
+# Left in the folder by design, not by a test: torch's compile cache (DistributedDataParallel's
+# constructor makes it, empty; torch keeps it from run to run), and the root of a nested pytest
+# session's numbered folders once its passing run has emptied them.
+EXPECTED = ("torchinductor_*", "pytest-of-*")
+NESTED = "LEARN_PARALLEL_TEST_RUN_TMPDIR"  # set in a checked run: sessions it starts skip it
 _STATE = pytest.StashKey[tuple[Path, str | None, dict[str, tuple[int, int]]]]()
 
 
@@ -45,13 +48,19 @@ def _describe(path: Path) -> str:
     return f"{path.name}/ ({len(sizes)} files, {sum(sizes) / 1e6:.1f} MB)"
 
 
-def _is_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")  # an xdist worker: its controller does the check
+def _expected(path: Path) -> bool:
+    regular = [p for p in path.rglob("*") if p.is_file() and not p.is_symlink()]
+    return any(path.match(pattern) for pattern in EXPECTED) and not regular
+
+
+def _checked_by_another(config: pytest.Config) -> bool:
+    """An xdist worker, or a pytest session a test started: the run around it checks."""
+    return hasattr(config, "workerinput") or NESTED in os.environ
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's tmpdir plugin has set up its factory
 def pytest_configure(config: pytest.Config) -> None:
-    if _is_worker(config):
+    if _checked_by_another(config):
         return
     factory = getattr(config, "_tmp_path_factory", None)
     if factory is not None:
@@ -59,23 +68,24 @@ def pytest_configure(config: pytest.Config) -> None:
     fresh = Path(tempfile.mkdtemp(prefix="learn-parallel-test-run-"))
     build = config.rootpath / "_build"
     config.stash[_STATE] = (fresh, os.environ.get("TMPDIR"), files_under(build))
-    os.environ["TMPDIR"] = str(fresh)
+    os.environ["TMPDIR"] = os.environ[NESTED] = str(fresh)
     tempfile.tempdir = None  # tempfile reads TMPDIR again
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    if _is_worker(config) or _STATE not in config.stash:
+    if _STATE not in config.stash:  # this process made no folder: another one checks
         return
     fresh, tmpdir, build_before = config.stash[_STATE]
-    left = [_describe(p) for p in sorted(fresh.iterdir()) if not p.match(TORCH_CACHE)]
+    left = [_describe(p) for p in sorted(fresh.iterdir()) if not _expected(p)]
     build_after = files_under(config.rootpath / "_build")
     changed = sorted(
         name
         for name in build_before.keys() | build_after.keys()
         if build_before.get(name) != build_after.get(name)
     )
+    os.environ.pop(NESTED, None)
     if tmpdir is None:
         os.environ.pop("TMPDIR", None)
     else:

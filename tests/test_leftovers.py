@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _leftovers
 import pytest
 
 TESTS = Path(__file__).resolve().parent
@@ -42,7 +43,11 @@ def test_rewrites_the_readers_site():
 """
 
 
-def _session(project: Path, tests: str, *options: str) -> subprocess.CompletedProcess:
+def _session(
+    project: Path, tests: str, *options: str, nested: bool = False
+) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run ``tests`` in a pytest session of their own; its result, and what it left in the
+    temporary folder (the check removes its own folder)."""
     project.mkdir()
     (project / "pytest.ini").write_text("[pytest]\n")
     (project / "conftest.py").write_text(CONFTEST)
@@ -53,18 +58,21 @@ def _session(project: Path, tests: str, *options: str) -> subprocess.CompletedPr
     temporary = project.parent / "tmp"
     temporary.mkdir()
     env = dict(os.environ, TMPDIR=str(temporary))
+    env.pop(_leftovers.NESTED, None)  # a session of its own, not one inside this test run
+    if nested:  # as if started by a test of a checked run
+        env[_leftovers.NESTED] = str(temporary)
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:nbval", "-q"]
     command += [*options, "--basetemp", str(project.parent / "basetemp")]
     done = subprocess.run(
         command, cwd=project, env=env, capture_output=True, text=True, timeout=120
     )
-    assert list(temporary.iterdir()) == [], "the check did not remove its folder"
-    return done
+    return done, sorted(p.name for p in temporary.iterdir())
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "two workers"])
 def test_a_run_that_leaves_files_fails_and_names_them(tmp_path, workers):
-    done = _session(tmp_path / "project", LEAKS, *workers)
+    done, left = _session(tmp_path / "project", LEAKS, *workers)
+    assert left == [], "the check did not remove its folder"
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
     assert "3 passed" in out  # every test passed: the check alone fails the run
@@ -74,8 +82,24 @@ def test_a_run_that_leaves_files_fails_and_names_them(tmp_path, workers):
     assert "1 file(s) under _build/ (the reader's site) changed:\n  html/index.html" in out
 
 
+CLEAN = (
+    LEAKS.split("\n\n\ndef test_leaves")[0]
+    + """
+
+
+def test_makes_torchs_cache_folder():
+    (Path(tempfile.gettempdir()) / "torchinductor_someone").mkdir()
+"""
+)
+
+
 def test_a_run_that_cleans_up_passes(tmp_path):
-    clean = LEAKS.split("\n\n\ndef test_leaves")[0] + "\n"
-    done = _session(tmp_path / "project", clean, "-n", "2")
+    done, left = _session(tmp_path / "project", CLEAN, "-n", "2")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "left files behind" not in done.stdout
+    assert "left files behind" not in done.stdout and left == []
+
+
+def test_a_session_started_inside_a_checked_run_leaves_the_check_to_it(tmp_path):
+    done, left = _session(tmp_path / "project", LEAKS, nested=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(left) == 1 and left[0].startswith("forgotten-")  # for the run to find
