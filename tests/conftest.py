@@ -34,6 +34,8 @@ LONG_FIRST = (
     "tests/book/test_any_hardware.py",
     "tests/classroom/test_classroom.py",
     "tests/lab/test_ladder.py",
+    "tests/book/test_readme.py",
+    "tests/test_leftovers.py",
 )
 
 
