@@ -212,19 +212,19 @@ def plot_implementations(
     rows = {(r["implementation"], r["devices"]): r for r in results}
     small = {"ha": "center", "va": "bottom", "fontsize": 8}
     names, elsewhere, note = _labels(results)
-    hatch = {i: "//" if i in elsewhere else None for i in impls}
+    hatch = {i: {"hatch": "//", "ec": "w"} if i in elsewhere else {} for i in impls}
     for k, impl in enumerate(impls):
         for n_index, n in enumerate(counts):
             row, x = rows.get((impl, n)), n_index - 0.4 + width * (k + 0.5)
             if row is not None and row.get("status") == "ok":
-                color = IMPLEMENTATION_COLORS.get(impl)
-                ax.bar(x, row["step_ms"], width, color=color, hatch=hatch[impl], edgecolor="w")
+                ax.bar(
+                    x, row["step_ms"], width, color=IMPLEMENTATION_COLORS.get(impl), **hatch[impl]
+                )
                 ax.text(x, row["step_ms"], f"{row['step_ms']:.3g}", **small)
             elif row is not None:  # a failed run is marked where its bar would be
                 ax.text(x, tallest * 0.02, row["status"], rotation=90, color="#555555", **small)
     handles = [
-        plt.Rectangle((0, 0), 1, 1, color=IMPLEMENTATION_COLORS.get(i), hatch=hatch[i], ec="w")
-        for i in impls
+        plt.Rectangle((0, 0), 1, 1, color=IMPLEMENTATION_COLORS.get(i), **hatch[i]) for i in impls
     ]
     measured = {r["implementation"] for r in _ok(results)}
     labels = [names[i] + ("" if i in measured else "\n(n/a: not measured here)") for i in impls]
