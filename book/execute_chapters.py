@@ -7,7 +7,8 @@
 Each chapter runs in a kernel of its own, on the default four simulated devices
 (``LEARN_PARALLEL_SIMULATE=1``, as nbval runs them in ``tests/book/test_book.py``), with
 this repository first on the kernel's path and tracebacks naming files as imports do
-(``book/_ext/short_tracebacks.py``), and is written back with its outputs. Run it after a
+(``book/_ext/short_tracebacks.py``) and talking to this script over an encrypted channel
+(``book/_ext/kernel_encryption.py``), and is written back with its outputs. Run it after a
 change to the package or a chapter; nbval then checks that a fresh run reproduces them.
 """
 
@@ -31,7 +32,10 @@ def execute(path: Path) -> str:
     from nbclient import NotebookClient
 
     sys.path.insert(0, str(EXTENSIONS))
+    from kernel_encryption import encrypt_kernel_channels
     from short_tracebacks import KERNEL_ARGUMENT
+
+    encrypt_kernel_channels()  # as the book's build does: no warning about plain TCP
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEARN_PARALLEL_")}
     env["LEARN_PARALLEL_SIMULATE"] = "1"

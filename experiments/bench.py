@@ -2,8 +2,8 @@
 
     python -m experiments.bench --devices 1,2,4 --out out/bench     (from a clone)
 
-Times one device, learn_parallel.DataParallel, torch.nn.DataParallel and torch's DDP
-side by side (`experiments.benchmark.run`)
+Times one device, learn_parallel.DataParallel, torch.nn.DataParallel, the ladder's
+ReplicatedStep and torch's DDP side by side (`experiments.benchmark.run`)
 and writes what it measured under ``--out``: ``bench.json`` (numbers, timelines,
 hardware, command, git commit) and the plots. ``book/data/record_gpu_runs.sh`` (part
 ``bench``) records it on GPUs for the performance chapter.
@@ -25,7 +25,8 @@ from learn_parallel.lab.workloads import CONV_MODELS
 
 DESCRIPTION = (
     "Time one training step on one device, with learn_parallel.DataParallel, with "
-    "torch.nn.DataParallel and with torch's DistributedDataParallel, at each device count; "
+    "torch.nn.DataParallel, with ReplicatedStep (DDP's way of training, in one process) and "
+    "with torch's DistributedDataParallel, at each device count; "
     "write bench.json and PNG plots under --out and print a table."
 )
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,8 +34,13 @@ MEASURED = {  # what --help says each implementation is
     "single": "one device, no wrapper",
     "learn_parallel": "learn_parallel.DataParallel",
     "torch_dp": "torch.nn.DataParallel",
+    "replicated": "learn_parallel.ladder.ReplicatedStep, the ladder chapter's top rung: one "
+    "process trains a replica per device the way DDP's processes do, each device reading its "
+    "own slice of the batch",
     "ddp": "torch's DistributedDataParallel, one process per device",
 }
+PLACES = {"cuda": "GPU", "sim": "simulated", "cpu": "CPU process"}  # the table's "ran on"
+UNLIKE = "≠"  # the table's ratio between rows that ran on different kinds of device
 
 
 def _int_list(text: str) -> list[int]:
@@ -85,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(bench.IMPLEMENTATIONS),
         help="comma-separated subset of "
         + ", ".join(f"{k} ({v})" for k, v in MEASURED.items())
-        + "; default: all four",
+        + f"; default: all {len(MEASURED)}",
     )
     add(
         "--cudnn-benchmark",
@@ -224,35 +230,58 @@ def write_plots(report: dict[str, Any], out: Path) -> list[str]:
 
 
 def summary_table(report: dict[str, Any]) -> str:
-    """The printed table: step time, throughput, and time ratios at the same device count."""
+    """The printed table: where each row ran, step time, throughput, and time ratios at the
+    same device count between rows that ran on the same kind of device."""
     lines = []
+    places = {r.get("ran_on", "?") for r in report["results"]}
     for group in report["groups"]:
         rows = [r for r in report["results"] if r["group"] == group["key"]]
-        lines.append(f"\n{group['title']}  ({report['meta']['hardware']['label']})")
+        lines.append(f"\n{group['title']}")
         lines.append(
-            f"{'implementation':<30}{'devices':>8}{'step ms':>10}{'samples/s':>12}"
+            f"{'implementation':<16}{'devices':>8}  {'ran on':<12}{'step ms':>9}{'samples/s':>11}"
             f"{'÷ torch DP':>12}{'÷ DDP':>8}"
         )
         ok = {(r["implementation"], r["devices"]): r for r in rows if r["status"] == "ok"}
         order = bench.IMPLEMENTATIONS.index
         for r in sorted(rows, key=lambda r: (r["devices"], order(r["implementation"]))):
             name, n = r["implementation"], r["devices"]
+            place = PLACES.get(r.get("ran_on", "?"), "?")
             if r["status"] != "ok":
-                lines.append(f"{name:<30}{n:>8}  {r['status']}: {r['note'][:200]}")
+                lines.append(f"{name:<16}{n:>8}  {place:<12}{r['status']}: {r['note'][:200]}")
                 continue
-            ratios = [
-                f"{r['step_ms'] / ok[ref, n]['step_ms']:.2f}" if (ref, n) in ok else "-"
-                for ref in ("torch_dp", "ddp")
-            ]
+            ratios = [_ratio(r, ok.get((ref, n))) for ref in ("torch_dp", "ddp")]
             lines.append(
-                f"{name:<30}{n:>8}{r['step_ms']:>10.2f}{r['samples_per_s']:>12.0f}"
+                f"{name:<16}{n:>8}  {place:<12}{r['step_ms']:>9.2f}{r['samples_per_s']:>11.0f}"
                 f"{ratios[0]:>12}{ratios[1]:>8}"
             )
     lines.append(
         "\n÷ torch DP, ÷ DDP: this step time divided by theirs at the same device count "
         "(below 1 is faster)."
     )
+    hardware = report["meta"]["hardware"]["label"]  # the devices of this process's rows
+    for place in sorted(places):
+        where = bench.RAN_ON.get(place, "not recorded")
+        if place in ("cuda", "sim"):
+            where += f" ({hardware})"
+        lines.append(f"ran on {PLACES.get(place, place)!r}: {where}")
+    if len(places) > 1:
+        lines.append(f"{UNLIKE}: the two rows ran on different kinds of device; no ratio.")
+    if {"sim", "cpu"} <= places:
+        lines.append(
+            "A simulated device runs every operation through Python (python -m "
+            "experiments.sim_cost measures what that adds) and DDP's plain CPU processes do "
+            "not: compare DDP with the others on GPUs."
+        )
     return "\n".join(lines)
+
+
+def _ratio(row: dict[str, Any], reference: dict[str, Any] | None) -> str:
+    """``row``'s step time over ``reference``'s; UNLIKE where they ran on different devices."""
+    if reference is None:
+        return "-"
+    if row.get("ran_on") != reference.get("ran_on"):
+        return UNLIKE
+    return f"{row['step_ms'] / reference['step_ms']:.2f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

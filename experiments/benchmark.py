@@ -27,7 +27,7 @@ from experiments.bench_settings import settings as settings
 from experiments.ddp_times import time_ddp
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import device_count_error as device_count_error
-from learn_parallel.devices import resolve_devices
+from learn_parallel.devices import device_type, resolve_devices
 from learn_parallel.lab import provenance
 from learn_parallel.lab.ddp_timeline import choose_backend
 from learn_parallel.lab.ladder_rungs import replicated
@@ -43,6 +43,14 @@ from learn_parallel.lab.timing import describe_hardware, step_times_ms
 from learn_parallel.lab.trace import chrome_trace
 from learn_parallel.lab.workloads import Workload, build_model, parameter_count
 
+# Where a row ran (its "ran_on"): this process's devices (GPUs, or simulated devices on the
+# CPU), or DDP's processes: one per GPU over NCCL, else plain CPU processes over gloo, since
+# a DDP process has no simulated devices. Rows that ran on different kinds compare nothing.
+RAN_ON = {
+    "cuda": "GPUs",
+    "sim": "simulated devices, threads of one process on the CPU",
+    "cpu": "plain CPU processes, one per device, talking through gloo",
+}
 SCHEMA = "learn_parallel.lab.bench/1"  # unchanged since the module moved: old files read alike
 WRAPPERS = {"single": one_device, "learn_parallel": DataParallel, "torch_dp": torch.nn.DataParallel}
 
@@ -93,10 +101,11 @@ def measure_in_process(
 def ddp_rows(count: int, groups: Sequence[Group], settings: Settings) -> list[dict[str, Any]]:
     """torch's DDP in ``count`` processes, one launch per cudnn.benchmark setting."""
     rows = {g.key: _row(g, "ddp", count) for g in groups}
-    backend = "NCCL" if choose_backend(count)[0] == "nccl" else "gloo, one CPU process per device"
+    nccl = choose_backend(count)[0] == "nccl"
+    backend = "NCCL" if nccl else "gloo, one CPU process per device"
     runnable = []
     for g in groups:
-        rows[g.key]["note"] = f"{count} process(es), {backend}"
+        rows[g.key].update(note=f"{count} process(es), {backend}", ran_on="cuda" if nccl else "cpu")
         if share(g.workload.batch, count, count - 1) == 0:  # the last rank would wait forever
             rows[g.key].update(
                 status="failed",
@@ -197,6 +206,7 @@ def _row(group: Group, implementation: str, count: int) -> dict[str, Any]:
         "cudnn_benchmark": group.cudnn_benchmark,
         "implementation": implementation,
         "devices": 1 if implementation == "single" else count,
+        "ran_on": device_type(),  # a key of RAN_ON; DDP's rows say where their processes ran
         "global_batch": group.workload.batch,
         "status": "ok",
         "note": "",

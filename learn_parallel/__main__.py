@@ -1,15 +1,19 @@
 """``python -m learn_parallel demo``: one DataParallel step, and how the batch was split.
 
-The benchmark runs from a clone of the repository: ``python -m experiments.bench``.
+``python -m learn_parallel chapters OUT`` copies the book's chapters into OUT (a clone's
+``book/``, or the copies a pip install carries). The benchmark runs from a clone of the
+repository: ``python -m experiments.bench``.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -67,6 +71,21 @@ def demo(batch: int, devices: int | None, features: int = 16) -> None:
         print("(Devices are simulated on the CPU: timings are host clocks, not GPU times.)")
 
 
+def copy_chapters(out: Path) -> list[Path]:
+    """Copy every chapter notebook into ``out`` (made if missing); refuse to overwrite one."""
+    from learn_parallel.classroom import files  # where a clone or an install keeps them
+
+    chapters = sorted(files.book().glob("*.ipynb"))
+    there = [out / c.name for c in chapters if (out / c.name).exists()]
+    if there:
+        raise FileExistsError(
+            f"{there[0]} already exists (and {len(there) - 1} more chapters); "
+            "choose a new folder, or move those away first"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    return [Path(shutil.copy(chapter, out / chapter.name)) for chapter in chapters]
+
+
 def _positive(text: str) -> int:
     """argparse type: a whole number of at least 1."""
     try:
@@ -85,8 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     parser = argparse.ArgumentParser(
         prog="python -m learn_parallel",
-        description="Run one learn_parallel.DataParallel training step and show which device "
-        "and worker thread took which rows of the batch.",
+        description="A first look at learn_parallel: one DataParallel training step and how "
+        "its batch was split (demo), or the book's chapters copied into a folder of yours "
+        "(chapters).",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run_demo = commands.add_parser(
@@ -101,7 +121,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_demo.add_argument(
         "--devices", type=_positive, default=None, help="number of devices (default: all)"
     )
+    chapters = commands.add_parser(
+        "chapters",
+        help="copy the book's chapters into a folder (or print where they are)",
+        description="Copy the book's chapter notebooks into OUT, to open in Jupyter or "
+        "JupyterLab: a clone's book/ (stored with outputs), or the copies a pip install "
+        "carries (without outputs). Without OUT, print the folder they are copied from.",
+    )
+    chapters.add_argument(
+        "out", type=Path, nargs="?", metavar="OUT", help="folder to copy into (made if missing)"
+    )
     args = parser.parse_args(argv)
+    if args.command == "chapters":
+        return _chapters(chapters, args.out)
     try:
         problem = device_count_error(args.devices or 1)
     except ValueError as error:  # a bad LEARN_PARALLEL_SIMULATED_DEVICES
@@ -109,6 +141,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         run_demo.error(f"argument --devices: {problem}")
     demo(args.batch, args.devices)
+    return 0
+
+
+def _chapters(parser: argparse.ArgumentParser, out: Path | None) -> int:
+    from learn_parallel.classroom import files
+
+    try:
+        if out is None:
+            print(files.book())
+            return 0
+        copied = copy_chapters(out)
+    except (FileNotFoundError, FileExistsError) as error:
+        parser.error(str(error))
+    first = next((c for c in copied if c.name == "intro.ipynb"), copied[0])
+    print(f"Copied {len(copied)} chapters into {out}; the first: jupyter lab {first}")
     return 0
 
 

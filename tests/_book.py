@@ -9,19 +9,17 @@ itself (the README's first command) works.
 
 from __future__ import annotations
 
-import functools
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
-HTML = ROOT / "_build" / "html"
 
 
 def jupyter_book() -> str | None:
@@ -30,8 +28,8 @@ def jupyter_book() -> str | None:
     return str(here) if here.exists() else shutil.which("jupyter-book")
 
 
-def _config(execute: bool, only: str | None) -> Path:
-    """``_config.yml`` with execution switched as asked, written to a temporary file.
+def _config(execute: bool, only: str | None, folder: Path) -> Path:
+    """``_config.yml`` with execution switched as asked, written into ``folder``.
 
     ``execute=False`` renders the stored outputs. ``only`` executes that one chapter and
     renders the others' stored outputs. Paths in the config are made absolute, since they
@@ -45,23 +43,22 @@ def _config(execute: bool, only: str | None) -> Path:
     if only is not None:
         others = sorted(p.name for p in BOOK.glob("*.ipynb") if p.stem != only)
         settings["exclude_patterns"] = others
-    path = Path(tempfile.mkdtemp(prefix="book-config-")) / "_config.yml"
+    path = folder / "_config.yml"
     path.write_text(yaml.safe_dump(config))
     return path
 
 
 def build(
-    strict: bool = True, execute: bool = False, only: str | None = None, out: Path | None = None
+    out: Path, strict: bool = True, execute: bool = False, only: str | None = None
 ) -> tuple[subprocess.CompletedProcess, float]:
     """``jupyter-book build . --all`` (plus ``-W --keep-going`` when strict) into ``out/_build``.
 
-    ``out`` defaults to the repository (``_build/``, where the README's build writes).
-    ``--all`` rebuilds every page even when an earlier build left ``_build/`` behind.
+    Always into a folder of the test's own, never into the repository's ``_build/``, where
+    the README's build wrote the reader's site (``tests/_leftovers.py`` checks that).
     """
-    command = [jupyter_book(), "build", str(ROOT), "--all"]
-    command += ["--config", str(_config(execute or only is not None, only))]
-    if out is not None:
-        command += ["--path-output", str(out)]
+    out.mkdir(parents=True, exist_ok=True)
+    command = [jupyter_book(), "build", str(ROOT), "--all", "--path-output", str(out)]
+    command += ["--config", str(_config(execute or only is not None, only, out))]
     if strict:
         command += ["-W", "--keep-going"]
     start = time.perf_counter()
@@ -69,12 +66,17 @@ def build(
     return result, time.perf_counter() - start
 
 
-@functools.cache
-def built_site() -> Path:
-    """The site with its stored outputs, built once per test process into a folder of its own
-    (so parallel test processes never write the same files); its ``html`` folder."""
-    out = Path(tempfile.mkdtemp(prefix="book-site-"))
-    result, _ = build(strict=False, out=out)
-    if result.returncode != 0:
-        raise RuntimeError("the book did not build:\n" + (result.stdout + result.stderr)[-4000:])
-    return out / "_build" / "html"
+_SITES: dict[str, Path] = {}
+
+
+def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site with its stored outputs, built once per test process into a temporary folder
+    of pytest's (so parallel test processes never write the same files); its ``html`` folder."""
+    if "site" not in _SITES:
+        out = tmp_path_factory.mktemp("book-site")
+        result, _ = build(out, strict=False)
+        if result.returncode != 0:
+            log = (result.stdout + result.stderr)[-4000:]
+            raise RuntimeError("the book did not build:\n" + log)
+        _SITES["site"] = out / "_build" / "html"
+    return _SITES["site"]

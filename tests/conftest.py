@@ -9,6 +9,9 @@ import gc
 import pytest
 import torch
 
+# The run leaves no file in the temporary folder and the reader's _build/ untouched.
+from _leftovers import pytest_configure, pytest_sessionfinish  # noqa: F401
+
 
 def _sim_registered() -> bool:
     """Whether this process has registered the simulated device type with PyTorch."""
@@ -33,6 +36,8 @@ LONG_FIRST = (
     "tests/classroom/test_classroom.py",
     "tests/lab/test_ladder.py",
     "tests/lab/test_processes.py",
+    "tests/book/test_readme.py",
+    "tests/test_leftovers.py",
 )
 
 

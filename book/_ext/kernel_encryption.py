@@ -14,11 +14,22 @@ from __future__ import annotations
 from typing import Any
 
 
-def setup(app: Any) -> dict[str, Any]:
+def encrypt_kernel_channels() -> bool:
+    """Make every kernel this process starts from now on use CurveZMQ; whether it could.
+
+    ``book/execute_chapters.py`` calls it too. Plain ``jupyter nbconvert --execute`` gets the
+    same with ``--KernelManager.transport_encryption=auto`` (the README says so).
+    """
     import zmq
     from jupyter_client.manager import KernelManager
 
     trait = KernelManager.class_traits().get("transport_encryption")
-    if trait is not None and zmq.has("curve"):
-        trait.default_value = "auto"
+    if trait is None or not zmq.has("curve"):
+        return False
+    trait.default_value = "auto"
+    return True
+
+
+def setup(app: Any) -> dict[str, Any]:
+    encrypt_kernel_channels()
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -44,6 +44,8 @@ IMPLEMENTATION_COLORS = {
     "ddp": "#FF7F0E",
 }
 
+# Where a benchmark row ran (its "ran_on"), named in the legend when a plot mixes kinds.
+RAN_ON_LABELS = {"cuda": "GPUs", "sim": "simulated devices", "cpu": "plain CPU processes, gloo"}
 Result = Mapping[str, Any]
 LEGEND_RIGHT = {"loc": "upper left", "bbox_to_anchor": (1.01, 1), "frameon": False}
 
@@ -182,17 +184,19 @@ def plot_scaling(
     if base:
         one = max(r["samples_per_s"] for r in base)
         ax.plot(counts, [one * n for n in counts], "k--", lw=1, label="ideal (one device x N)")
+    labels, elsewhere, note = _labels(results)
     for impl, rows in _by_implementation(ok).items():
         xs, ys = [r["devices"] for r in rows], [r["samples_per_s"] for r in rows]
-        label = IMPLEMENTATION_LABELS.get(impl, impl)
-        ax.plot(xs, ys, marker="o", color=IMPLEMENTATION_COLORS.get(impl), label=label)
+        style = ":" if impl in elsewhere else "-"
+        color = IMPLEMENTATION_COLORS.get(impl)
+        ax.plot(xs, ys, marker="o", ls=style, color=color, label=labels[impl])
     ax.set_xticks(counts)
     ax.set_xlabel("devices")
     ax.set_ylabel("throughput (samples/s)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=9, **LEGEND_RIGHT)
-    ax.set_title(f"{title + ': ' if title else ''}throughput vs devices\n({hardware})")
+    ax.set_title(f"{title + ': ' if title else ''}throughput vs devices\n({hardware}){note}")
     return ax.figure
 
 
@@ -207,32 +211,51 @@ def plot_implementations(
     tallest = max((r["step_ms"] for r in _ok(results)), default=1.0)
     rows = {(r["implementation"], r["devices"]): r for r in results}
     small = {"ha": "center", "va": "bottom", "fontsize": 8}
+    names, elsewhere, note = _labels(results)
+    hatch = {i: {"hatch": "//", "ec": "w"} if i in elsewhere else {} for i in impls}
     for k, impl in enumerate(impls):
         for n_index, n in enumerate(counts):
             row, x = rows.get((impl, n)), n_index - 0.4 + width * (k + 0.5)
             if row is not None and row.get("status") == "ok":
-                ax.bar(x, row["step_ms"], width, color=IMPLEMENTATION_COLORS.get(impl))
+                ax.bar(
+                    x, row["step_ms"], width, color=IMPLEMENTATION_COLORS.get(impl), **hatch[impl]
+                )
                 ax.text(x, row["step_ms"], f"{row['step_ms']:.3g}", **small)
             elif row is not None:  # a failed run is marked where its bar would be
                 ax.text(x, tallest * 0.02, row["status"], rotation=90, color="#555555", **small)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=IMPLEMENTATION_COLORS.get(i)) for i in impls]
-    measured = {r["implementation"] for r in _ok(results)}
-    labels = [
-        IMPLEMENTATION_LABELS.get(i, i) + ("" if i in measured else "\n(n/a: not measured here)")
-        for i in impls
+    handles = [
+        plt.Rectangle((0, 0), 1, 1, color=IMPLEMENTATION_COLORS.get(i), **hatch[i]) for i in impls
     ]
+    measured = {r["implementation"] for r in _ok(results)}
+    labels = [names[i] + ("" if i in measured else "\n(n/a: not measured here)") for i in impls]
     single = [r for r in _ok(results) if r["implementation"] == "single"]
     if single:
         ms = single[0]["step_ms"]
         handles.append(ax.axhline(ms, color=IMPLEMENTATION_COLORS["single"], ls="--", lw=1))
-        labels.append(f"{IMPLEMENTATION_LABELS['single']} ({ms:.3g} ms)")
+        labels.append(f"{names['single']} ({ms:.3g} ms)")
     ax.set_xticks(range(len(counts)), [f"{n} device{'s' if n > 1 else ''}" for n in counts])
     ax.set_ylabel("median step time (ms), lower is better")
     ax.set_ylim(0, tallest * 1.15)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(handles, labels, fontsize=9, **LEGEND_RIGHT)
-    ax.set_title(f"{title + ': ' if title else ''}step time per implementation\n({hardware})")
+    what = f"{title + ': ' if title else ''}step time per implementation"
+    ax.set_title(f"{what}\n({hardware}){note}")
     return ax.figure
+
+
+def _labels(results: Sequence[Result]) -> tuple[dict[str, str], set[str], str]:
+    """Legend labels, the implementations whose rows ran on another kind of device than most
+    (``ran_on``: the benchmark's DDP has no simulated devices), and the title's note on them."""
+    by_impl, kinds = _by_implementation(results), [r.get("ran_on") for r in results]
+    labels = {impl: IMPLEMENTATION_LABELS.get(impl, impl) for impl in by_impl}
+    if len(set(kinds)) <= 1:
+        return labels, set(), ""
+    common = max(set(kinds), key=kinds.count)
+    for impl, rows in by_impl.items():
+        labels[impl] += f"\n(on {RAN_ON_LABELS.get(rows[0].get('ran_on'), '?')})"
+    elsewhere = {impl for impl, rows in by_impl.items() if rows[0].get("ran_on") != common}
+    names = ", ".join(IMPLEMENTATION_LABELS.get(i, i) for i in sorted(elsewhere))
+    return labels, elsewhere, f"\n{names} ran elsewhere (see the legend): not comparable"
 
 
 def plot_measurement(live: Measurement, recorded: Measurement | None = None) -> Figure:

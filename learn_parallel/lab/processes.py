@@ -165,6 +165,8 @@ def run_ranks(
                 if process.is_alive():
                     process.kill()
                     process.join(5)
+            for name in context.error_files:  # torch writes a failed rank's traceback there
+                Path(name).unlink(missing_ok=True)
         results = _results(folder, world_size)
     if any(not r["ok"] for r in results):
         raise RankFailed(_failures(results))

@@ -10,6 +10,7 @@ Each chapter is executed once here, by nbval, and the other tests reuse that run
 * ``test_book_builds_without_warnings``: ``jupyter-book build . -W --keep-going`` of every
   page from those stored outputs (which nbval has just shown a fresh run reproduces) turns
   any warning (a bad cross-reference, a missing page, an unknown output) into a failure.
+  Every build here writes into a temporary folder: the reader's ``_build/`` stays theirs.
 * ``test_the_executing_build_runs_a_chapter``: the README's build executes the chapters
   itself; this builds with execution on for one chapter, so the executing path (its
   kernel, the kernel_encryption extension, the raises-exception tags) is proven too.
@@ -53,15 +54,24 @@ def _assert_built_without_warnings(result, seconds: float, html: Path) -> None:
 
 
 @needs_jupyter_book
-def test_book_builds_without_warnings():
-    result, seconds = build(strict=True)
-    html = ROOT / "_build" / "html"
+def test_book_builds_without_warnings(tmp_path):
+    result, seconds = build(tmp_path, strict=True)
+    html = tmp_path / "_build" / "html"
     _assert_built_without_warnings(result, seconds, html)
     # The teacher's exercise table is an HTML table in the site, not markdown in a paragraph.
     page = (html / "book" / "teaching.html").read_text()
     header = r"<table[^>]*>\s*<thead>\s*<tr>\s*<th>chapter</th>\s*<th>exercise</th>"
     assert re.search(header, page), "the teaching page's exercise table is not a <table>"
     assert "| chapter | exercise |" not in page
+
+    # Formulas: MathJax comes with the site (sphinx-mathjax-offline), never from a CDN.
+    def mathjax(path: Path) -> list[str]:
+        return re.findall(r'<script[^>]*src="([^"]*mathjax[^"]*)"', path.read_text(), re.I)
+
+    assert mathjax(html / "book" / "distributed.html") == ["../_static/mathjax/tex-chtml.js"]
+    for path in html.rglob("*.html"):
+        assert all(src.endswith("_static/mathjax/tex-chtml.js") for src in mathjax(path)), path
+    assert (html / "_static" / "mathjax" / "tex-chtml.js").is_file()
 
 
 # A chapter whose cells show errors on purpose (its exercise checks, tagged
@@ -71,7 +81,7 @@ EXECUTED_BY_THE_BUILD = "scatter"
 
 @needs_jupyter_book
 def test_the_executing_build_runs_a_chapter(tmp_path):
-    result, seconds = build(strict=True, only=EXECUTED_BY_THE_BUILD, out=tmp_path)
+    result, seconds = build(tmp_path, strict=True, only=EXECUTED_BY_THE_BUILD)
     _assert_built_without_warnings(result, seconds, tmp_path / "_build" / "html")
     log = result.stdout + result.stderr
     executed = [line for line in log.splitlines() if ": Executed notebook in " in line]

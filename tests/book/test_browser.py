@@ -51,10 +51,10 @@ def toc_pages() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def site():
+def site(tmp_path_factory):
     if jupyter_book() is None:
         pytest.skip("jupyter-book is not installed (pip install -r requirements.txt)")
-    html = built_site()
+    html = built_site(tmp_path_factory)
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
@@ -167,4 +167,29 @@ def test_colab_launch_button_points_at_the_notebook(site, browser):
     colab = page.locator("a[href*='colab.research.google.com']").first
     assert colab.count() == 1
     assert colab.get_attribute("href").endswith("book/gather.ipynb")
+    page.close()
+
+
+def test_formulas_render_with_no_network_beyond_this_machine(site, browser):
+    """MathJax comes with the site (sphinx-mathjax-offline): with every request that leaves
+    this machine refused, each formula of the distributed chapter is typeset."""
+    page, refused = browser.new_page(), []
+
+    def local_only(route):
+        if urlparse(route.request.url).hostname == "127.0.0.1":
+            route.continue_()
+        else:
+            refused.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", local_only)
+    page.goto(urljoin(site, "book/distributed.html"), wait_until="load")
+    formulas = page.locator("article .math").count()
+    assert formulas >= 5
+    page.wait_for_function(
+        f"document.querySelectorAll('article mjx-container').length >= {formulas}",
+        timeout=60_000,
+    )
+    assert page.locator("article mjx-container").count() == formulas
+    assert not [url for url in refused if "mathjax" in url.lower()], refused
     page.close()

@@ -1,7 +1,8 @@
 """What a reader meets outside the built site and outside a clone.
 
 * ``classroom.files``: a clone uses its own ``book/`` and track tests; an installed wheel
-  its shipped copies; with neither, one sentence says what to fetch.
+  its shipped copies; with neither, one sentence says what to fetch. ``python -m
+  learn_parallel chapters OUT`` copies the chapters from there and overwrites none.
 * tracebacks in the book build's executed chapters name files as imports do
   (``learn_parallel/...``, ``torch/...``), never the machine's absolute paths
   (``book/_ext/short_tracebacks.py``, loaded into every kernel the build starts).
@@ -10,6 +11,8 @@
 
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,6 +62,35 @@ def test_setup_py_ships_the_chapters_without_outputs():
     assert code and all(c["outputs"] == [] and c["execution_count"] is None for c in code)
     for name in setup.FILES:
         assert (ROOT / name).is_file(), name
+
+
+def _chapters_command(*args, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "learn_parallel", "chapters", *map(str, args)],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_chapters_command_copies_a_clones_chapters_and_keeps_existing_ones(tmp_path):
+    """``python -m learn_parallel chapters OUT`` (the wheel's copies: test_standalone.py)."""
+    done = _chapters_command("book", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for chapter in (ROOT / "book").glob("*.ipynb"):
+        assert (tmp_path / "book" / chapter.name).read_bytes() == chapter.read_bytes()
+    assert _chapters_command(cwd=tmp_path).stdout == f"{ROOT / 'book'}\n"
+    (tmp_path / "book" / "scatter.ipynb").write_text("my answers")
+    again = _chapters_command("book", cwd=tmp_path)
+    assert again.returncode == 2 and again.stdout == ""
+    error = again.stderr.strip().splitlines()[-1]
+    assert error.startswith("python -m learn_parallel chapters: error: book/")
+    others = len(list((ROOT / "book").glob("*.ipynb"))) - 1
+    tail = "choose a new folder, or move those away first"
+    assert error.endswith(f"(and {others} more chapters); {tail}")
+    assert (tmp_path / "book" / "scatter.ipynb").read_text() == "my answers"
 
 
 def _short_tracebacks():

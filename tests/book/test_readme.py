@@ -1,9 +1,12 @@
-"""The README's first example runs as pasted, in a fresh interpreter."""
+"""The README's first example runs as pasted, in a fresh interpreter; its nbconvert line
+executes a notebook without ipykernel's warning about plain TCP; CI runs its commands."""
 
 import os
 import re
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 from _book import ROOT
@@ -40,3 +43,54 @@ def test_ci_runs_the_readmes_install_line_and_test_command():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert install.replace("pip install", "pip install --quiet") in ci
     assert ci[-1] == command
+
+
+UNENCRYPTED = "Kernel is running over TCP without encryption"
+
+
+def _execute(command: list[str], tmp_path: Path) -> str:
+    """Run an nbconvert command line on a one-cell notebook in ``tmp_path``; its stderr."""
+    import nbformat
+
+    notebook = tmp_path / "one.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("6 * 7")]), notebook)
+    command = [str(notebook) if arg.endswith(".ipynb") else arg for arg in command]
+    command = [str(tmp_path / "out") if arg == "out" else arg for arg in command]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    executed = nbformat.read(tmp_path / "out" / "one.ipynb", as_version=4)
+    assert executed.cells[0].outputs[0]["data"]["text/plain"] == "42"
+    return done.stderr
+
+
+def test_the_readmes_nbconvert_line_runs_a_kernel_without_the_tcp_warning(tmp_path):
+    text = (ROOT / "README.md").read_text()
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("jupyter nbconvert ")]
+    command = shlex.split(line)
+    assert "--KernelManager.transport_encryption=auto" in command
+    assert UNENCRYPTED not in _execute(command, tmp_path)
+    # Without the option ipykernel warns: the README's advice is still needed.
+    plain = [arg for arg in command if not arg.startswith("--KernelManager")]
+    assert UNENCRYPTED in _execute(plain, tmp_path)
+
+
+def test_execute_chapters_starts_its_kernels_without_the_tcp_warning(tmp_path):
+    import nbformat
+
+    notebook = tmp_path / "one.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("6 * 7")]), notebook)
+    code = (
+        "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1])\n"
+        "import execute_chapters; print(execute_chapters.execute(Path(sys.argv[2])))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(ROOT / "book"), str(notebook)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("one.ipynb: executed in ")
+    assert UNENCRYPTED not in done.stderr
+    executed = nbformat.read(notebook, as_version=4)
+    assert executed.cells[0].outputs[0]["data"]["text/plain"] == "42"

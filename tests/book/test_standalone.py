@@ -470,6 +470,42 @@ def test_the_wheel_runs_the_teachers_guide_and_the_track_command(offline_venv, t
     assert not (tmp_path / "track" / "learn_parallel" / "classroom" / "shipped").exists()
 
 
+def test_the_wheel_copies_its_chapters_into_a_folder_of_the_readers(offline_venv, tmp_path):
+    """The README's command for the chapters outside a clone: every chapter the book has,
+    as the wheel carries them (no outputs), into the folder named; the folder they come from
+    without one."""
+    env = _simulated_env()
+    env.pop("PYTHONPATH", None)
+
+    def chapters(*args):
+        return subprocess.run(
+            [offline_venv, "-m", "learn_parallel", "chapters", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    done = chapters("my-chapters")
+    assert done.returncode == 0, done.stderr
+    copied = sorted(p.name for p in (tmp_path / "my-chapters").iterdir())
+    assert copied == sorted(p.name for p in NOTEBOOKS)
+    assert done.stdout == (
+        f"Copied {len(copied)} chapters into my-chapters; the first: "
+        "jupyter lab my-chapters/intro.ipynb\n"
+    )
+    copy = nbformat.read(tmp_path / "my-chapters" / "scatter.ipynb", as_version=4).cells
+    book = nbformat.read(BOOK / "scatter.ipynb", as_version=4).cells
+    assert [c.source for c in copy] == [c.source for c in book]
+    assert all(c.outputs == [] for c in copy if c.cell_type == "code")  # the wheel's copies
+    source = Path(chapters().stdout.strip())
+    assert source.is_relative_to(offline_venv.parent.parent) and source.parts[-2:] == (
+        "shipped",
+        "book",
+    ), source
+
+
 # -- launch links and the repository URL -----------------------------------------------------
 
 
@@ -505,10 +541,10 @@ def test_the_gpu_instructions_are_the_same_in_the_readme_and_the_intro():
 
 
 @pytest.fixture(scope="module")
-def site() -> Path:
+def site(tmp_path_factory) -> Path:
     if jupyter_book() is None:
         pytest.skip("jupyter-book is not installed (pip install -r requirements.txt)")
-    return built_site()
+    return built_site(tmp_path_factory)
 
 
 def test_launch_links_point_at_notebooks_in_the_repository(site):

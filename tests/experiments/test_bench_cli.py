@@ -119,8 +119,92 @@ def test_plots_and_table_are_written_and_name_what_ran(quick_run):
             assert name in report["plots"]
             assert (out / name).stat().st_size > 1000
     assert "samples/s" in stdout and "n/a" not in stdout
-    assert "MLP 4 x 128, batch 64 x 128  (2 simulated CPU devices)" in stdout
     assert "CPU timings: one thread per simulated device" in stdout
+
+
+def _table_rows(stdout: str) -> dict[tuple[str, int, str], list[str]]:
+    """The printed table's rows: (workload line, devices, implementation) -> its columns."""
+    rows, heading = {}, None
+    for line in stdout.splitlines():
+        words = line.split()
+        if words and words[0] in bench.IMPLEMENTATIONS and heading:
+            rows[heading, int(words[1]), words[0]] = words[2:]
+        elif line.startswith(("MLP", "small CNN")):
+            heading = line
+    return rows
+
+
+def test_every_row_says_where_it_ran_and_unlike_rows_get_no_ratio(quick_run):
+    """DDP has no simulated devices: its processes ran on the plain CPU, so it is no row of
+    the simulated table's kind, and no ratio is printed between it and the others."""
+    _, report, stdout = quick_run
+    assert {(r["implementation"], r["ran_on"]) for r in report["results"]} == {
+        *((impl, "sim") for impl in ("single", "learn_parallel", "torch_dp", "replicated")),
+        ("ddp", "cpu"),
+    }
+    rows = _table_rows(stdout)
+    assert "MLP 4 x 128, batch 64 x 128" in {heading for heading, _, _ in rows}
+    assert len(rows) == 2 * 9
+    for (_, _, impl), columns in rows.items():
+        if impl == "ddp":  # ran on, step ms, samples/s, ÷ torch DP, ÷ DDP
+            assert columns[:2] == ["CPU", "process"] and columns[-2:] == [cli.UNLIKE, "1.00"]
+        else:
+            assert columns[0] == "simulated" and columns[-1] == cli.UNLIKE
+            float(columns[-2])  # a ratio to torch's DataParallel, which ran on the same kind
+    assert "ran on 'simulated': simulated devices, threads of one process on the CPU (2 " in stdout
+    assert "ran on 'CPU process': plain CPU processes, one per device, talking through gloo\n" in (
+        stdout
+    )
+    assert f"{cli.UNLIKE}: the two rows ran on different kinds of device; no ratio." in stdout
+
+
+def test_the_plots_name_where_each_implementation_ran(quick_run):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from learn_parallel.lab import plots
+
+    _, report, _ = quick_run
+    rows = [r for r in report["results"] if r["group"] == "mlp"]
+    for draw in (plots.plot_scaling, plots.plot_implementations):
+        fig = draw(rows, report["meta"]["hardware"]["label"], "MLP")
+        ax = fig.axes[0]
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert "DistributedDataParallel\n(on plain CPU processes, gloo)" in labels, labels
+        assert "learn_parallel.DataParallel\n(on simulated devices)" in labels, labels
+        title = ax.get_title()
+        assert title.endswith(
+            "\nDistributedDataParallel ran elsewhere (see the legend): not comparable"
+        )
+        matplotlib.pyplot.close(fig)
+    one_kind = [r for r in rows if r["implementation"] != "ddp"]
+    fig = plots.plot_implementations(one_kind, "2 simulated CPU devices", "MLP")
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "learn_parallel.DataParallel" in labels and "elsewhere" not in fig.axes[0].get_title()
+    matplotlib.pyplot.close(fig)
+
+
+def test_rows_of_one_kind_get_every_ratio():
+    """On GPUs DDP's processes run on the GPUs too: every ratio is printed."""
+    group = {"key": "mlp", "title": "MLP"}
+    results = [
+        {
+            "group": "mlp",
+            "implementation": impl,
+            "devices": 2,
+            "status": "ok",
+            "ran_on": "cuda",
+            "step_ms": ms,
+            "samples_per_s": 1.0,
+            "note": "",
+        }
+        for impl, ms in (("learn_parallel", 3.0), ("torch_dp", 4.0), ("ddp", 2.0))
+    ]
+    report = {"groups": [group], "results": results, "meta": {"hardware": {"label": "2 x H200"}}}
+    rows = _table_rows(cli.summary_table(report))
+    assert rows["MLP", 2, "learn_parallel"][-2:] == ["0.75", "1.50"]
+    assert rows["MLP", 2, "ddp"][-2:] == ["0.50", "1.00"]
+    assert cli.UNLIKE not in cli.summary_table(report)
 
 
 def test_the_plots_have_room_for_their_rows_and_legend(quick_run):
@@ -155,6 +239,11 @@ def test_help_says_what_it_does_and_explains_every_option():
         assert action.help, action.option_strings
     text = parser.format_help()
     assert "usage: python -m experiments.bench [options]" in text and "`" not in text
+    flat = " ".join(text.split())
+    for name, what in cli.MEASURED.items():
+        assert f"{name} ({what})" in flat
+    assert list(cli.MEASURED) == list(bench.IMPLEMENTATIONS)
+    assert f"default: all {len(bench.IMPLEMENTATIONS)}" in flat
 
 
 def _one_error_line(capsys, argv) -> str:
