@@ -67,16 +67,22 @@ def test_the_issue_command_prints_one_line_not_a_traceback():
     assert BAD_ENV in done.stderr
 
 
-@pytest.mark.parametrize("argv", [[], ["demo"]])
-def test_help_says_what_it_does_in_one_sentence(capsys, argv):
+@pytest.mark.parametrize(
+    ("argv", "start", "dots"),
+    [
+        ([], "A first look at learn_parallel: one DataParallel training step", 1),
+        (["demo"], "Run one learn_parallel.DataParallel training step", 2),  # and DataParallel's
+    ],
+)
+def test_help_says_what_it_does_in_one_sentence(capsys, argv, start, dots):
     with pytest.raises(SystemExit):
         cli.main([*argv, "--help"])
     text = capsys.readouterr().out
     assert "usage: python -m learn_parallel" in text
     assert "`" not in text, [line for line in text.splitlines() if "`" in line]
     description = " ".join(text.split("\n\n")[1].split())
-    assert description.startswith("Run one learn_parallel.DataParallel training step")
-    assert description.count(".") == 2  # DataParallel's dot, and the end of the sentence
+    assert description.startswith(start)
+    assert description.count(".") == dots  # one sentence
 
 
 def test_one_piece_is_singular_and_one_row_is_a_row(capsys):
