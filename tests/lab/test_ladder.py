@@ -42,13 +42,15 @@ def test_quick_run_writes_every_rung_with_its_rounds(tmp_path):
         assert row["step_ms_min"] <= row["step_ms"] <= row["step_ms_max"]
         assert sorted(row["repeats"]) == [row["step_ms_min"], row["step_ms_max"]]
         assert row["timeline"]["records"], name  # every rung we built marks its phases
-    assert report["schema"] == "learn_parallel.lab.ladder/2" and report["repeats"] == 2
+        assert len(row["phase_ms"]) == 2 and "forward" in row["phase_ms"][0]  # one per round
+    assert report["schema"] == "learn_parallel.lab.ladder/3" and report["repeats"] == 2
+    assert report["clock"] == "host clock" and "profiled repeat" in report["gpu_work"]
 
 
 def test_rounds_interleave_the_rungs_with_ddp_once_per_round(tmp_path, monkeypatch):
     calls = []
 
-    def fake_round(row, rung, workload, count, warmup, steps, timeline_steps):
+    def fake_round(row, rung, workload, count, warmup, steps, timeline_steps, later=None):
         calls.append(rung.name)
         row["repeats"].append(1.0)
         row["step_ms_all"].append([1.0])
