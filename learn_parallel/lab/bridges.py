@@ -208,18 +208,33 @@ def ladder_table(report: dict[str, Any]) -> str:
 
 def phase_lines(report: dict[str, Any], kind: str, rung: str, below: str) -> list[str]:
     """Per phase, the mean bar per step and device of ``below`` and of ``rung``: the median of
-    the rounds (their range) and `verdict`'s rule on the two ranges; none without rounds."""
+    the rounds (their range) and `verdict`'s rule on the two ranges; then, where the first
+    round's timelines carry it, the GPU work inside those bars. None without rounds."""
     rows = {r["rung"]: r for r in report["rows"] if r["workload"] == kind}
     rounds = [rows[name].get("phase_ms") or [] for name in (below, rung)]
     if not all(rounds):
         return []
+    work = [_gpu_work(rows[name].get("timeline")) for name in (below, rung)]
     lines = []
     for phase in sorted({p for r in rounds for by_phase in r for p in by_phase}):
         was, now = ([by_phase.get(phase, 0.0) for by_phase in r] for r in rounds)
         a, b = Spread.of(was), Spread.of(now)
         said = compare(now, was, "range") if min(len(was), len(now)) > 1 else "one round"
-        lines.append(
-            f"  {phase:22} {a.median:7.2f} ({a.low:.2f}-{a.high:.2f}) -> "
-            f"{b.median:7.2f} ({b.low:.2f}-{b.high:.2f}) ms, {said}"
-        )
+        line = f"  {phase:20} {a.median:6.2f} ({a.low:.2f}-{a.high:.2f}) -> "
+        line += f"{b.median:6.2f} ({b.low:.2f}-{b.high:.2f}) ms, {said}"
+        if all(work):
+            line += f"; GPU work {work[0].get(phase, 0.0):.2f} -> {work[1].get(phase, 0.0):.2f}"
+        lines.append(line)
     return lines
+
+
+def _gpu_work(timeline: dict[str, Any] | None) -> dict[str, float]:
+    """Per phase, the GPU work inside its bars per step and device row (ms); {} without it."""
+    records = [r for r in (timeline or {}).get("records", []) if r["device"] != "host"]
+    if not records or any(r.get("gpu_ms") is None for r in records):
+        return {}
+    per = len({r["device"] for r in records}) * len({r["step"] for r in records})
+    work: dict[str, float] = {}
+    for r in records:
+        work[r["phase"]] = work.get(r["phase"], 0.0) + r["gpu_ms"] / per
+    return work

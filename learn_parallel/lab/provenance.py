@@ -123,6 +123,17 @@ def ran_beside(now: float | None = None) -> list[dict[str, Any]] | None:
     ]
 
 
+def beside_line(record: dict[str, Any]) -> str:
+    """One line on what the recording script ran on the same host while ``record`` was made."""
+    beside = record.get("ran_beside")
+    if beside is None:
+        return "other runs on the host meanwhile: not recorded (no run log of the script)"
+    if not beside:
+        return "nothing else of the recording script ran on the host meanwhile"
+    runs = ", ".join(f"{r['part']} (GPUs {r['gpus']})" for r in beside)
+    return f"ran while other parts of the recording script ran on the same host: {runs}"
+
+
 def machine() -> str:
     """The machine as its hardware names itself: ``2 x NVIDIA H200, 32 CPU cores``."""
     cores = f"{os.cpu_count()} CPU cores"

@@ -13,9 +13,12 @@ after every timed round; `traced_steps` runs in a process of its own).
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import statistics
 import sys
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -113,6 +116,28 @@ def traced_steps(rank: int, world: int, path: str, device_ids: list[int]) -> lis
             traced(batch).sum().backward()
     events = json.loads(Path(path).read_text())["traceEvents"]
     return sorted({e["name"] for e in events if e.get("name", "").startswith("learn_parallel")})
+
+
+def trace_summary(path: str | Path) -> list[str]:
+    """Lines on a Chrome trace (``.json`` or ``.json.gz``): each DataParallel range, how often
+    it occurs and its median length on the host; how many kernels each GPU ran."""
+    with (gzip.open if str(path).endswith(".gz") else open)(path, "rt") as file:
+        events = json.load(file)["traceEvents"]
+    ranges: dict[str, list[float]] = defaultdict(list)
+    kernels: Counter[int] = Counter()
+    for e in events:
+        name = e.get("name", "")
+        ours = "DataParallel" in name or "learn_parallel" in name  # torch's range, or the package's
+        if e.get("cat") == "user_annotation" and ours:
+            ranges[name].append(e.get("dur", 0) / 1e3)
+        elif e.get("cat") == "kernel":
+            kernels[e.get("args", {}).get("device", -1)] += 1
+    lines = [
+        f"{n}: {len(ms)} x, median {statistics.median(ms):.2f} ms"
+        for n, ms in sorted(ranges.items())
+    ]
+    gpus = ", ".join(f"cuda:{d} {n}" for d, n in sorted(kernels.items()))
+    return [*lines, f"kernels per GPU: {gpus or 'none'}"]
 
 
 @contextmanager

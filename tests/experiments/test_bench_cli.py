@@ -119,7 +119,7 @@ def test_plots_and_table_are_written_and_name_what_ran(quick_run):
             assert name in report["plots"]
             assert (out / name).stat().st_size > 1000
     assert "samples/s" in stdout and "n/a" not in stdout
-    assert "MLP 4 x 128, batch 64 x 128  (2 simulated CPU devices)" in stdout
+    assert "MLP 4 x 128, batch 64 x 128  (2 simulated CPU devices, host clock)" in stdout
     assert "CPU timings: one thread per simulated device" in stdout
 
 
