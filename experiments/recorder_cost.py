@@ -2,25 +2,14 @@
 
     python -m experiments.recorder_cost --out DIR [--devices 2] [--steps 9]
 
-For the benchmark's MLP and ResNet-18 (`experiments.timeline_check.workloads_for`)
-on ``--devices`` devices, one DataParallel training step is timed the benchmark's
-way (every device idle at each step's start and end) three ways; the first two
-interleaved round by round, so drift hits both alike, and the profiler's rounds after
-all of them, since a profiler taxes every later CUDA call of its process:
-
-* ``bare``: nothing listening (each phase mark is a no-op);
-* ``recorder``: `learn_parallel.lab.timing.Recorder` on (CUDA events per phase
-  and device, or the host clock on simulated devices);
-* ``profiler``: ``torch.profiler`` on (CPU and, on GPUs, CUDA activity, every
-  thread), each phase a ``record_function`` range.
-
-It also counts what the profiler hands back per device: the phase ranges on each
-GPU's own timeline (its ``gpu_user_annotation`` events, keyed by GPU) beside the
-host-side ranges. This is the evidence for keeping the
-recorder (issue 23): the per-device bars of the chapters need each phase's span on
-each device, and the cost of getting them decides which tool the chapters use live.
-
-Everything goes to ``DIR/recorder_cost.json``; ``book/data/record_gpu_runs.sh`` runs it.
+One DataParallel training step of the benchmark's MLP and ResNet-18 on ``--devices``
+devices, timed the benchmark's way three ways: ``bare`` (each phase mark a no-op) and
+``recorder`` (`learn_parallel.lab.timing.Recorder` on), interleaved round by round; then
+``profiler`` (torch.profiler on, CPU and CUDA activity, every thread) in rounds after all
+of them, since a profiler taxes every later CUDA call of its process. It also counts the
+phase ranges the profiler puts on each GPU's own timeline beside the host's: the evidence
+for keeping the recorder (issue 23). Writes ``DIR/recorder_cost.json`` (performance
+chapter; ``book/data/record_gpu_runs.sh``, part ``recorder``).
 """
 
 from __future__ import annotations
