@@ -173,3 +173,18 @@ def test_each_driver_times_everything_before_it_profiles(name, tmp_path, monkeyp
     assert trace.has_profiled() == (name in PROFILING)
     written = [json.loads(p.read_text()) for p in tmp_path.glob("*.json") if "trace" not in p.name]
     assert all(w.get("ran_beside", None) is None for w in written)  # no recording script here
+
+
+def test_the_tax_experiment_times_after_a_profiler_only_on_purpose():
+    from experiments import profiler_tax
+
+    config = {"devices": 2, "workload": "mlp", "quick": True, "steps": 1, "warmup": 0}
+    medians = profiler_tax.one_round(0, 1, config | {"taxed": True})
+    assert trace.has_profiled() and all(isinstance(ms, float) for ms in medians.values())
+    assert "lean_replicate" in medians and "torch_dp" not in medians  # CUDA-only: not here
+    with pytest.raises(trace.ProfiledProcessError):  # outside measuring_the_tax: refused
+        step_times_ms(lambda: None, DEVICES, 0, 1)
+    rows = {name: {"clean": [2.0, 2.2], "taxed": [3.0, 3.1]} for name in ("a",)}
+    assert profiler_tax.table(rows).splitlines()[-1] == (
+        "| a | 2.10 ms (2.00-2.20) | 3.05 ms (3.00-3.10) | slower |"
+    )
