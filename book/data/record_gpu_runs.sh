@@ -29,7 +29,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTHONUNBUFFERED=1 LEARN_PARALLEL_COMMIT=${COMMIT:-}
 ngpu=$(python -c "import torch; print(torch.cuda.device_count())")
 devices=${DEVICES:-$(python -c "n = $ngpu; print(','.join(str(k) for k in (1, 2, 4, 8, 16) if k < n) + f',{n}')")}
-machine=$(python -c "import torch; n = torch.cuda.get_device_name(0).split()[-1].lower(); print(f'{n}-x$ngpu')")
+# The folder: the GPU's model and count, h100-x4 for "NVIDIA H100 80GB HBM3" (the chapters
+# find each file in whichever folder holds it).
+machine=$(python -c "import torch; w = torch.cuda.get_device_name(0).split(); print(f'{(w[1] if w[0] == \"NVIDIA\" and len(w) > 1 else w[-1]).lower()}-x$ngpu')")
 mkdir -p "$out/$machine" "$out/logs/$machine"
 rec=$(cd "$out/$machine" && pwd) logs=$(cd "$out/logs/$machine" && pwd)
 export LEARN_PARALLEL_RUN_LOG=$(cd "$out" && pwd)/run-log.jsonl
