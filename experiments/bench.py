@@ -136,13 +136,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder for bench.json and the PNG plots (default out/bench)",
     )
     add("--no-plots", action="store_true", help="write bench.json only")
+    add(
+        "--no-gpu-work",
+        action="store_true",
+        help="skip the profiled pass after all timing that gives each GPU bar its GPU work",
+    )
     add("--no-progress", action="store_true", help="print no progress lines")
     add(
         "--trace",
         type=Path,
         metavar="PATH",
-        help="also profile two steps of each DataParallel on the most devices and write "
-        "Chrome/Perfetto traces next to PATH (<stem>-<group>-<implementation>-<devices>.json)",
+        help="also profile two steps of each DataParallel on the most devices, after all "
+        "timing, and write Chrome/Perfetto traces next to PATH "
+        "(<stem>-<group>-<implementation>-<devices>.json)",
     )
     return parser
 
@@ -183,6 +189,7 @@ def settings_from_args(args: argparse.Namespace) -> bench.Settings:
         seed=args.seed,
         ddp_timeout=args.ddp_timeout,
         trace=args.trace,
+        gpu_work=not args.no_gpu_work,
     )
 
 
@@ -200,7 +207,7 @@ def write_plots(report: dict[str, Any], out: Path) -> list[str]:
     from learn_parallel.lab import plots
     from learn_parallel.lab.timing import Timeline
 
-    hardware = report["meta"]["hardware"]["label"]
+    hardware = f"{report['meta']['hardware']['label']}, {report['meta']['clock']}"
     written = []
 
     def save(fig: Any, name: str) -> None:
@@ -236,7 +243,7 @@ def summary_table(report: dict[str, Any]) -> str:
     places = {r.get("ran_on", "?") for r in report["results"]}
     for group in report["groups"]:
         rows = [r for r in report["results"] if r["group"] == group["key"]]
-        lines.append(f"\n{group['title']}")
+        lines.append(f"\n{group['title']}  ({report['meta']['clock']})")
         lines.append(
             f"{'implementation':<16}{'devices':>8}  {'ran on':<12}{'step ms':>9}{'samples/s':>11}"
             f"{'÷ torch DP':>12}{'÷ DDP':>8}"

@@ -39,6 +39,7 @@ class Settings:
     ddp_timeout: float = 300.0
     notes: list[str] = field(default_factory=list)
     trace: Path | None = None  # Chrome/Perfetto traces: PATH's stem + "-<group>-<impl>-<n>.json"
+    gpu_work: bool = True  # the profiled pass after all timing: GPU work inside the bars
 
 
 def settings(

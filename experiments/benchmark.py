@@ -6,8 +6,9 @@ what a run measures (`Settings`, `Group`) is in ``experiments/bench_settings.py`
 Every measurement is a full training step (`steps.train_step`) on synthetic data: warm-up
 steps, then timed steps, each ended by a synchronize of every device; the median is
 reported. A few more steps are recorded per device after the timed ones, so recording
-never slows them. DDP runs one process per device. The performance chapter calls
-its recorded ``bench.json``; its live cell uses ``measure.wrapper_scaling``.
+never slows them; the GPU work inside their bars and the ``--trace`` files come from a
+profiled pass after everything is timed. DDP runs one process per device. The performance
+chapter reads its recorded ``bench.json``; its live cell uses ``measure.wrapper_scaling``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,7 +33,9 @@ from learn_parallel.devices import device_count_error as device_count_error
 from learn_parallel.devices import device_type, resolve_devices
 from learn_parallel.lab import provenance
 from learn_parallel.lab.ddp_timeline import choose_backend
+from learn_parallel.lab.kernels import ProfiledPass
 from learn_parallel.lab.ladder_rungs import replicated
+from learn_parallel.lab.measurement import synced_clock
 from learn_parallel.lab.processes import NCCL_ENV, RankFailed, share, use_nccl_settings
 from learn_parallel.lab.steps import (
     failure_becomes_row,
@@ -39,7 +44,7 @@ from learn_parallel.lab.steps import (
     one_thread_per_device,
     record_timeline,
 )
-from learn_parallel.lab.timing import describe_hardware, step_times_ms
+from learn_parallel.lab.timing import Timeline, describe_hardware, step_times_ms
 from learn_parallel.lab.trace import chrome_trace
 from learn_parallel.lab.workloads import Workload, build_model, parameter_count
 
@@ -61,10 +66,13 @@ def measure_in_process(
     count: int,
     settings: Settings,
     parameters: dict[str, int] | None = None,
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    later: ProfiledPass | None = None,
+) -> tuple[dict[str, Any], Timeline | None]:
     """Time one implementation on ``count`` devices in this process; maybe record a timeline.
 
-    ``parameters``, if given, receives the trained model's parameter count under the group's key.
+    ``parameters``, if given, receives the trained model's parameter count under the group's
+    key; ``later`` gets the profiled work (the timeline's GPU work, a trace) to run after
+    everything is timed.
     """
     row = _row(group, implementation, count)
     torch.backends.cudnn.benchmark = bool(group.cudnn_benchmark)
@@ -77,25 +85,48 @@ def measure_in_process(
         trace = None
     with failure_becomes_row(row, limit=500):
         devices = resolve_devices(list(range(row["devices"])))  # single: one device
-        if implementation == "replicated":  # the ladder's top rung: DDP's shape, one process
-            top = replicated(overlap=True, per_device_inputs=True, cuda_graphs=on_gpus())
-            step, _ = top(group.workload, devices)
-        else:
-            wrap = WRAPPERS[implementation]
-            step, _, model = make_step(group.workload, devices, wrap, settings.lr, settings.seed)
-            if parameters is not None:
-                parameters[group.key] = parameter_count(model)
+        step, model = make_step_of(implementation, group, devices, settings)
+        if parameters is not None and model is not None:
+            parameters[group.key] = parameter_count(model)
         row.update(_summary(step_times_ms(step, devices, settings.warmup, settings.steps), group))
         # torch's DataParallel marks no phases: its timeline would be empty.
         if implementation != "torch_dp" and settings.timeline_steps > 0:
             timeline = record_timeline(step, devices, settings.timeline_steps)
-        if trace is not None:
-            with chrome_trace(trace):
-                for _ in range(2):
-                    step()
+        again = partial(_step_again, implementation, group, devices, settings)
+        if timeline is not None and later is not None and settings.gpu_work:
+            later.gpu_work(timeline, again, devices, settings.timeline_steps, settings.warmup)
+        if trace is not None and later is not None:
+            later.add(partial(_traced, again, settings.warmup, trace))
     if row["status"] != "ok":
         row.pop("trace", None)
     return row, timeline
+
+
+def make_step_of(
+    implementation: str, group: Group, devices: list, settings: Settings
+) -> tuple[Callable[[], None], torch.nn.Module | None]:
+    """One training step of ``implementation`` on ``devices``, and its model where it has one."""
+    torch.backends.cudnn.benchmark = bool(group.cudnn_benchmark)
+    if implementation == "replicated":  # the ladder's top rung: DDP's shape, one process
+        top = replicated(overlap=True, per_device_inputs=True, cuda_graphs=on_gpus())
+        return top(group.workload, devices)[0], None
+    wrap = WRAPPERS[implementation]
+    step, _, model = make_step(group.workload, devices, wrap, settings.lr, settings.seed)
+    return step, model
+
+
+def _step_again(implementation, group, devices, settings) -> Callable[[], None]:
+    return make_step_of(implementation, group, devices, settings)[0]
+
+
+def _traced(again: Callable[[], Callable[[], None]], warmup: int, path: Path) -> None:
+    """Two steps of a fresh ``again()`` (after ``warmup`` untimed ones) in a Chrome trace."""
+    step = again()
+    for _ in range(warmup):
+        step()
+    with chrome_trace(path):
+        for _ in range(2):
+            step()
 
 
 def ddp_rows(count: int, groups: Sequence[Group], settings: Settings) -> list[dict[str, Any]]:
@@ -164,14 +195,15 @@ def run(
         if impl not in ("single", "ddp") or (impl == "single" and n == settings.devices[0])
     ]
     ddp_counts = settings.devices if "ddp" in settings.implementations else []
-    total = len(tasks) + len(ddp_counts)
+    total = len(tasks) + len(ddp_counts) + 1
     results, timelines = [], []
     parameters: dict[str, int] = {}  # group key -> parameter count of the model it trained
+    later = ProfiledPass()
     started = time.perf_counter()
     for done, (impl, group, n) in enumerate(tasks):
         if progress:
             progress(done, total, f"{group.key} {impl} {1 if impl == 'single' else n} dev")
-        row, timeline = measure_in_process(impl, group, n, settings, parameters)
+        row, timeline = measure_in_process(impl, group, n, settings, parameters, later)
         results.append(row)
         if timeline is not None:
             where = {"group": group.key, "implementation": impl, "devices": row["devices"]}
@@ -180,6 +212,11 @@ def run(
         if progress:
             progress(done, total, f"ddp {n} processes")
         results += ddp_rows(n, groups, settings)
+    if progress:
+        progress(total - 1, total, f"profiled pass: {len(later.jobs)} jobs, after all timing")
+    later.run()  # torch.profiler runs from here on: nothing below is timed
+    for entry in timelines:
+        entry["timeline"] = entry["timeline"].to_dict()
     return {
         "schema": SCHEMA,
         "meta": _metadata(settings, command_line, time.perf_counter() - started, threads),
@@ -243,6 +280,7 @@ def _metadata(settings: Settings, command: str, seconds: float, threads: str) ->
             "warmup": settings.warmup,
             "steps": settings.steps,
             "timeline_steps": settings.timeline_steps,
+            "gpu_work": settings.gpu_work,
             "lr": settings.lr,
             "seed": settings.seed,
             "notes": settings.notes,
@@ -250,6 +288,10 @@ def _metadata(settings: Settings, command: str, seconds: float, threads: str) ->
         "cpu_threads": threads,
         "nccl_env": {k: os.environ.get(k) for k in NCCL_ENV} if on_gpus() else {},
         "duration_s": round(seconds, 1),
+        "clock": synced_clock(used),
         "timing": "median of per-step wall times; each step ends with a synchronize of every "
         "device used; DDP: the slowest rank per step",
+        "gpu_work": "a profiled repeat of each timeline's steps, after all timing"
+        if settings.gpu_work
+        else None,
     }

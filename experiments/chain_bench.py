@@ -22,6 +22,7 @@ from experiments import driver_parser, write_record
 from learn_parallel.devices import device_count, resolve_devices
 from learn_parallel.lab import provenance
 from learn_parallel.lab.chain_bench import Config, measure
+from learn_parallel.lab.measurement import synced_clock
 from learn_parallel.lab.timing import describe_hardware
 
 # A 1 GiB float32 feature map: big enough that moving it costs more than computing it.
@@ -65,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     record = {
         "benchmark": "chain_bench",
         "what": "median ms of one training step (forward, backward, SGD step) of netA -> netB",
+        "clock": synced_clock(devices),
         **provenance.run_metadata(shlex.join(["python", "-m", "experiments.chain_bench", *argv])),
         "python_version": platform.python_version(),
         "hardware": describe_hardware(devices).to_dict(),

@@ -5,7 +5,8 @@
 Feeds the distributed chapter's recorded step times and per-rank timelines (the chapter
 runs `learn_parallel.lab.ddp_timeline.compare` live beside them):
 ``book/data/record_gpu_runs.sh`` (part ``ddp``) runs it on 2 GPUs, with NCCL.
-Writes ``DIR/distributed.json`` and a PNG timeline per workload.
+Writes ``DIR/distributed.json`` and a PNG timeline per workload; the DataParallel timelines'
+GPU work comes from a profiled pass after all timing.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     size = "quick" if args.quick or not torch.cuda.is_available() else "gpu"
     timing = (args.warmup, args.steps, args.timeline_steps, args.bucket_cap_mb)
-    report = compare(standard_workloads(size), args.world, *timing, timeout_s=args.timeout)
+    report = compare(
+        standard_workloads(size), args.world, *timing, timeout_s=args.timeout, gpu_work=True
+    )
     report["command"] = shlex.join(["python", "-m", "experiments.ddp_timeline", *argv])
     write_record(args.out, RECORD_FILE, report)
     print(step_table(report))

@@ -2,13 +2,14 @@
 
     python -m experiments.ladder --out DIR [--set ladder|clone] [--devices 2] [--repeats 5]
                                  [--steps 30] [--quick] [--no-ddp] [--workloads conv,mlp]
+                                 [--no-gpu-work]
 
 Feeds the ladder chapter (``ladder.json``) and the libtorch_replicate chapter
 (``clone.json``, with the host time of one ``replicate`` per strategy):
 ``book/data/record_gpu_runs.sh`` (parts ``ladder`` and ``clone``) runs it. Every rung and
-DDP are measured interleaved, ``--repeats`` rounds of ``--steps`` timed steps each; the rungs
-and their runner are `learn_parallel.lab.ladder`, which the chapters also run live on small
-workloads. ``--quick`` (tiny models, for tests) runs on simulated devices in seconds.
+DDP are measured interleaved, ``--repeats`` rounds of ``--steps`` timed steps each; after every
+round is timed, a profiled pass adds the GPU work inside the timelines' bars. The rungs and
+their runner are `learn_parallel.lab.ladder`, which the chapters also run live.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny models, for tests")
     parser.add_argument("--no-ddp", action="store_true", help="leave DDP's rows out")
     parser.add_argument("--ddp-timeout", type=float, default=300.0, help="per round, seconds")
+    parser.add_argument(
+        "--no-gpu-work", action="store_true", help="no profiled pass (no GPU work per bar)"
+    )
     args = parser.parse_args(argv)
     if args.repeats < 1 or (args.steps is not None and args.steps < 1):
         parser.error("--repeats and --steps must be at least 1")
@@ -64,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ddp=None if args.no_ddp else time_ddp,
         ddp_timeout=args.ddp_timeout,
         command=shlex.join(["python", "-m", "experiments.ladder", *argv]),
+        gpu_work=not args.no_gpu_work,
     )
     print(ladder_table(report))
     if not on_gpu:

@@ -6,8 +6,8 @@ Feeds every chapter's "recorded on GPUs" plot (devices, scatter, replicate, gath
 parallel_apply, data_parallel, source_device, tuple_parallel, pitfalls, performance):
 ``book/data/record_gpu_runs.sh`` (part ``measure``) runs it twice on a GPU machine and
 copies ``DIR/chapters.json`` (and the second run as ``chapters-repeat.json``) into
-``learn_parallel/lab/recorded/<machine>/``, which `learn_parallel.lab.measure.load_recorded`
-reads back.
+``learn_parallel/lab/recorded/<machine>/``, which `learn_parallel.lab.records.load_recorded`
+reads back. The timelines' GPU work comes from a profiled pass after everything is timed.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from typing import Any
 from experiments import driver_parser, write_record
 from learn_parallel.devices import Device, device_count, resolve_devices
 from learn_parallel.lab import measure, provenance
+from learn_parallel.lab.kernels import ProfiledPass
 from learn_parallel.lab.timing import Timeline, describe_hardware
 
-MEASUREMENTS: dict[str, Callable[[Sequence[Device]], measure.Measurement | None]] = {
+MEASUREMENTS: dict[str, Callable[[Sequence[Device]], measure.Measurement]] = {
     "matmul": measure.matmul,
     "source_check": measure.source_check,
     "scatter_copy": measure.scatter_copy,
@@ -36,7 +37,7 @@ MEASUREMENTS: dict[str, Callable[[Sequence[Device]], measure.Measurement | None]
     "peak_memory": measure.peak_memory,
     "worker_overhead": measure.worker_overhead,
 }
-TIMELINES: dict[str, Callable[[Sequence[Device]], Timeline]] = {
+TIMELINES: dict[str, Callable[[Sequence[Device], ProfiledPass], Timeline]] = {
     "parallel_apply": measure.parallel_apply_timeline,
     "training": measure.training_timeline,
 }
@@ -48,19 +49,22 @@ def record_all(devices: Sequence[Device], command: str = "", progress: bool = Tr
         "schema": "learn_parallel.lab.measure/1",
         **provenance.run_metadata(command),
         "python_version": platform.python_version(),
-        "hardware": describe_hardware(devices).label(clock=True),
+        "hardware": describe_hardware(devices).label(),  # each measurement names its clock
         "measurements": {},
         "timelines": {},
     }
-    for key, fn in [*MEASUREMENTS.items(), *TIMELINES.items()]:
+    later, timelines = ProfiledPass(), {}
+    for key, fn in [*MEASUREMENTS.items(), *TIMELINES.items(), ("profiled pass", None)]:
         t0 = time.perf_counter()
-        result = fn(devices)
-        if isinstance(result, Timeline):
-            report["timelines"][key] = result.to_dict()
-        elif result is not None:
-            report["measurements"][key] = asdict(result)
+        if fn is None:
+            later.run()  # the timelines' GPU work, once everything is timed
+        elif key in TIMELINES:
+            timelines[key] = fn(devices, later)
+        else:
+            report["measurements"][key] = asdict(fn(devices))
         if progress:
             print(f"{key}: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    report["timelines"] = {key: timeline.to_dict() for key, timeline in timelines.items()}
     return report
 
 

@@ -2,13 +2,14 @@
 
     python -m experiments.recorder_cost --out DIR [--devices 2] [--steps 9]
 
-For the benchmark's MLP and ResNet-18 (`experiments.timeline_check.workloads_for`)
-on ``--devices`` devices, one DataParallel training step is timed three ways
-(`WAYS`, interleaved: `cost`), and what the profiler hands back per device is
-counted. This is the evidence for keeping the recorder (issue 23): the per-device
-bars of the chapters need each phase's span on each device, and the cost of getting
-them decides which tool the chapters use live. Everything goes to
-``DIR/recorder_cost.json``; ``book/data/record_gpu_runs.sh`` runs it.
+One DataParallel training step of the benchmark's MLP and ResNet-18 on ``--devices``
+devices, timed the benchmark's way three ways: ``bare`` (each phase mark a no-op) and
+``recorder`` (`learn_parallel.lab.timing.Recorder` on), interleaved round by round; then
+``profiler`` (torch.profiler on, CPU and CUDA activity, every thread) in rounds after all
+of them, since a profiler taxes every later CUDA call of its process. It also counts the
+phase ranges the profiler puts on each GPU's own timeline beside the host's: the evidence
+for keeping the recorder (issue 23). Writes ``DIR/recorder_cost.json`` (performance
+chapter; ``book/data/record_gpu_runs.sh``, part ``recorder``).
 """
 
 from __future__ import annotations
@@ -40,35 +41,40 @@ def _timed(step: Callable[[], Any], devices: Sequence[Device]) -> float:
     return step_times_ms(step, devices, warmup=0, steps=1)[0]
 
 
-def cost(step: Callable[[], Any], devices: Sequence[Device], steps: int) -> dict[str, Any]:
-    """Per way of watching: every step's wall time (ms), rounds interleaved.
-
-    Each step is timed the benchmark's way (every device idle at its start and end),
-    the three ways round by round, so drift hits all three alike. It also counts the
-    profiler's phase ranges on each GPU's own timeline (its ``gpu_user_annotation``
-    events, keyed by GPU) beside the host-side ranges.
-    """
+def cost(step: Callable[[], Any], devices: Sequence[Device], steps: int) -> dict[str, list]:
+    """Bare and with the recorder on: every step's wall time (ms), rounds interleaved."""
     for _ in range(3):
         step()  # warm-up: kernels chosen, worker threads started
-    times: dict[str, list[float]] = {way: [] for way in WAYS}
-    annotations: Counter = Counter()
+    times: dict[str, list[float]] = {way: [] for way in WAYS[:2]}
     for _ in range(steps):
         times["bare"].append(_timed(step, devices))
         with Recorder(devices=devices):
             times["recorder"].append(_timed(step, devices))
+    return times
+
+
+def profiled(step: Callable[[], Any], devices: Sequence[Device], steps: int) -> tuple:
+    """The profiler's rounds, after every bare and recorder round of every workload: each
+    step's wall time (ms) under it, and per step the phase ranges it placed per device."""
+    times, annotations = [], Counter()
+    for _ in range(steps):
         with profiler() as prof:
-            times["profiler"].append(_timed(step, devices))
+            times.append(_timed(step, devices))
         for event in prof.events():
             if event.name.startswith("learn_parallel."):
                 on_gpu = event.device_type.name == "CUDA"
                 where = f"cuda:{event.device_index}" if on_gpu else "host"
                 annotations[f"{where} {event.name}"] += 1
+    return times, {k: v / steps for k, v in sorted(annotations.items())}
+
+
+def summary(times: dict[str, list[float]], ranges: dict[str, float]) -> dict[str, Any]:
     bare = statistics.median(times["bare"])
     return {
         "step_ms": times,
         "median_ms": {way: statistics.median(t) for way, t in times.items()},
         "over_bare": {way: statistics.median(t) / bare for way, t in times.items()},
-        "profiler_ranges_per_step": {k: v / steps for k, v in sorted(annotations.items())},
+        "profiler_ranges_per_step": ranges,
     }
 
 
@@ -85,10 +91,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         **provenance.run_metadata(shlex.join(["python", "-m", "experiments.recorder_cost", *argv])),
         "workloads": {},
     }
-    for name in args.workloads.split(","):
+    names = args.workloads.split(",")
+    report["timing"] = (
+        "bare and recorder rounds interleaved for every workload first; then the profiler's "
+        "rounds, since no step is timed after a profiler has run unless it runs under one"
+    )
+    steps, timed = {}, {}
+    for name in names:
         torch.backends.cudnn.benchmark = False
-        step, devs = make_step(table[name], devices)
-        result = cost(step, devs, args.steps)
+        steps[name] = make_step(table[name], devices)
+        timed[name] = cost(*steps[name], args.steps)
+    for name in names:  # the profiler's rounds, last
+        torch.backends.cudnn.benchmark = False
+        timed[name]["profiler"], ranges = profiled(*steps[name], args.steps)
+        result = summary(timed[name], ranges)
         report["workloads"][name] = {"workload": table[name].resolved().describe(), **result}
         medians = ", ".join(
             f"{way} {result['median_ms'][way]:.2f} ms ({result['over_bare'][way]:.2f}x)"

@@ -96,3 +96,15 @@ def _device_kind(request, monkeypatch):
         monkeypatch.delenv("LEARN_PARALLEL_SIMULATE", raising=False)
     else:
         monkeypatch.setenv("LEARN_PARALLEL_SIMULATE", "1")
+
+
+@pytest.fixture(autouse=True)
+def _profiler_forgotten():
+    """A test that ran torch.profiler leaves this worker as it found it: the lab refuses to
+    time in a process that profiled (learn_parallel.lab.trace), and the next test is a
+    process of its own in all but name."""
+    from learn_parallel.lab import trace
+
+    before = trace._profiled
+    yield
+    trace._profiled = before

@@ -1,7 +1,8 @@
 """What the bridge chapters draw and compare: autograd graphs, the ladder, the clone set.
 
 It plots the runs recorded on GPUs (``ladder.json``, ``clone.json``) and the live runs of
-`ladder.run`; `verdict` is the one rule that calls a rung faster, slower or a tie.
+`ladder.run`; `verdict` is the one rule that calls a rung faster, slower or a tie, for whole
+steps and (`phase_lines`) for each phase's bars over the rounds.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
-from learn_parallel.lab.spread import compare
+from learn_parallel.lab.measurement import HOST, HOST_SYNCED
+from learn_parallel.lab.spread import Spread, compare
 from learn_parallel.lab.timing import Timeline
 
 
@@ -81,10 +83,16 @@ def plot_autograd_graph(output: torch.Tensor, title: str, ax: Any = None) -> Fig
 DDP_COLORS = {"ddp": "#55a868", "ddp_graphs": "#8fd19e"}
 
 
+def clock_of(report: dict[str, Any]) -> str:
+    """What timed a ladder's or a benchmark's step times: the file's ``clock`` (older files
+    name none; their drivers always timed with `step_times_ms`, this same clock)."""
+    meta = report.get("meta", report)
+    simulated = meta["hardware"].get("device_type", "cuda") != "cuda"
+    return meta.get("clock") or (HOST if simulated else HOST_SYNCED)
+
+
 def _hardware(report: dict[str, Any]) -> str:
-    label = report["hardware"]["label"]
-    clock = "host clock" if report["hardware"]["device_type"] != "cuda" else "wall clock, synced"
-    return f"{label} ({clock})"
+    return f"{report['hardware']['label']} ({clock_of(report)})"
 
 
 def plot_ladder(report: dict[str, Any], kind: str, title: str) -> Figure:
@@ -173,7 +181,7 @@ def verdict(row: dict[str, Any], other: dict[str, Any]) -> str:
 def ladder_table(report: dict[str, Any]) -> str:
     """Per workload and rung: the median of the rounds (their range), the ratio to DDP's
     median, and `verdict` against the rung below and against DDP."""
-    lines = [f"{report['set']} on {report['hardware']['label']}"]
+    lines = [f"{report['set']} on {_hardware(report)}"]
     for kind, workload in report["workloads"].items():
         rows = {r["rung"]: r for r in report["rows"] if r["workload"] == kind}
         ddp = rows.get("ddp") if rows.get("ddp", {}).get("status") == "ok" else None
@@ -198,3 +206,37 @@ def ladder_table(report: dict[str, Any]) -> str:
         for name, ms in report.get("replicate_host_ms", {}).get(kind, {}).items():
             lines.append(f"  replicate host time, {name:<10} {ms:8.3f} ms")
     return "\n".join(lines)
+
+
+def phase_lines(report: dict[str, Any], kind: str, rung: str, below: str) -> list[str]:
+    """Per phase, the mean bar per step and device of ``below`` and of ``rung``: the median of
+    the rounds (their range) and `verdict`'s rule on the two ranges; then, where the first
+    round's timelines carry it, the GPU work inside those bars. None without rounds."""
+    rows = {r["rung"]: r for r in report["rows"] if r["workload"] == kind}
+    rounds = [rows[name].get("phase_ms") or [] for name in (below, rung)]
+    if not all(rounds):
+        return []
+    work = [_gpu_work(rows[name].get("timeline")) for name in (below, rung)]
+    lines = []
+    for phase in sorted({p for r in rounds for by_phase in r for p in by_phase}):
+        was, now = ([by_phase.get(phase, 0.0) for by_phase in r] for r in rounds)
+        a, b = Spread.of(was), Spread.of(now)
+        said = compare(now, was, "range") if min(len(was), len(now)) > 1 else "one round"
+        line = f"  {phase:20} {a.median:6.2f} ({a.low:.2f}-{a.high:.2f}) -> "
+        line += f"{b.median:6.2f} ({b.low:.2f}-{b.high:.2f}) ms, {said}"
+        if all(work):
+            line += f"; GPU work {work[0].get(phase, 0.0):.2f} -> {work[1].get(phase, 0.0):.2f}"
+        lines.append(line)
+    return lines
+
+
+def _gpu_work(timeline: dict[str, Any] | None) -> dict[str, float]:
+    """Per phase, the GPU work inside its bars per step and device row (ms); {} without it."""
+    records = [r for r in (timeline or {}).get("records", []) if r["device"] != "host"]
+    if not records or any(r.get("gpu_ms") is None for r in records):
+        return {}
+    per = len({r["device"] for r in records}) * len({r["step"] for r in records})
+    work: dict[str, float] = {}
+    for r in records:
+        work[r["phase"]] = work.get(r["phase"], 0.0) + r["gpu_ms"] / per
+    return work

@@ -59,8 +59,6 @@ __all__ = [
     "torch",
 ]
 
-RECORDED_MACHINE = "h200-x4"  # the chapters' measurements recorded on 4 x H200
-
 
 @dataclass(frozen=True)
 class DevicePlan:
@@ -113,10 +111,11 @@ DEVICES = PLAN.devices
 DEVICE_IDS = [d.index for d in DEVICES]
 SOURCE = PLAN.source
 GPU = PLAN.gpu
-HARDWARE = describe_hardware(DEVICES).label(clock=True)  # "4 simulated CPU devices (host clock)"
+HARDWARE = describe_hardware(DEVICES).label()  # "4 simulated CPU devices"; clocks per result
 time_ms = measure.median_ms  # median of 15 runs: CUDA events on a GPU, host clock otherwise
-# Shipped in learn_parallel/lab/recorded: an install without them fails here, saying how to fix it.
-RECORDED = measure.load_recorded(RECORDED_MACHINE)
+# Shipped in learn_parallel/lab/recorded (the machine with the most GPUs that recorded
+# chapters.json): an install without them fails here, saying how to fix it.
+RECORDED = measure.load_recorded()
 short_tracebacks()  # error demonstrations end in their message, not in pages of torch
 
 
@@ -124,20 +123,20 @@ def recorded_summary() -> str:
     """One line on the GPU runs the chapters show, and one per recording whose code changed."""
     lines = [f"recorded GPU runs: {RECORDED.hardware}, {RECORDED.date[:10]}"]
     for name in ("chapters.json", "bench.json", "chain_bench.json"):
-        record = records.read_json(name, RECORDED_MACHINE)
+        record = records.read_json(name, RECORDED.machine)
         if record and (stale := provenance.staleness_line(record)):
             lines.append(f"{name}: {stale}")
     return "\n".join(lines)
 
 
 def show(live: measure.Measurement) -> None:
-    """Plot a measurement taken here, beside the same one recorded on 4 x H200."""
+    """Plot a measurement taken here, beside the same one recorded on GPUs."""
     plot_measurement(live, RECORDED.measurement(live.key))
     plt.show()
 
 
 def show_timelines(live: measure.Timeline, key: str, title: str) -> None:
-    """The last step of a timeline recorded here, above the same one recorded on 4 x H200."""
+    """The last step of a timeline recorded here, above the same one recorded on GPUs."""
     panels = [("this machine", live), ("recorded", RECORDED.timeline(key))]
     rows = sum(len(t.devices()) for _, t in panels)
     fig, _ = plt.subplots(

@@ -3,8 +3,8 @@
 `compare` (the DDP chapter) times `learn_parallel.DistributedDataParallel` and torch's
 DDP in the same processes (`run_ranks`: NCCL on GPUs, gloo processes on the CPU), our
 `DataParallel` on as many devices in this process, and records a few steps of each of
-ours per rank and device. A step is as slow as its slowest rank, so each step keeps the
-maximum over ranks.
+ours per rank and device (with ``gpu_work``, the DataParallel timelines get their GPU work
+from a profiled pass after all timing). A step keeps the maximum over ranks.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import torch.distributed as dist
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import device_count, resolve_devices
 from learn_parallel.lab import provenance, spread
+from learn_parallel.lab.kernels import ProfiledPass
+from learn_parallel.lab.measurement import HOST, HOST_SYNCED
 from learn_parallel.lab.processes import rank_device, rank_step_times, run_ranks, share
 from learn_parallel.lab.steps import make_step, record_timeline, train_step
 from learn_parallel.lab.timing import Hardware, Recorder, Timeline, phase, step_times_ms
@@ -113,6 +115,7 @@ def compare(
     with_dp: bool = True,
     seed: int = 0,
     timeout_s: float = 200.0,
+    gpu_work: bool = False,
 ) -> dict[str, Any]:
     """Our DDP, torch's DDP (``world`` processes) and our DataParallel, on every workload."""
     backend, why = choose_backend(world)
@@ -127,6 +130,7 @@ def compare(
         "seed": seed,
     }
     started = time.perf_counter()
+    later = ProfiledPass() if gpu_work else None
     threads = None if backend == "nccl" else 1  # on the CPU one per rank, as per simulated device
     ranks, start_times = run_ranks(
         bench_worker, world, (config,), backend, timeout_s, threads=threads, with_times=True
@@ -142,6 +146,7 @@ def compare(
         "world": world,
         "hardware": asdict(hardware),
         "label": hardware.label(clock=TRANSPORT[kind]),
+        "clock": HOST_SYNCED if kind == "cuda" else HOST,  # every step time, ranks and DP
         "settings": {k: v for k, v in config.items() if k != "workloads"},
         "process_start": {"ranks_s": start_times, "run_ranks_s": processes_s},
         "workloads": {},
@@ -175,9 +180,18 @@ def compare(
             entry["results"]["dp"] = {"step_ms_all": times, "step_ms": statistics.median(times)}
             if timeline_steps > 0:
                 entry["dp_timeline"] = record_timeline(step, devices, timeline_steps)
+                if later is not None:
+                    again = partial(make_step, workload, devices, DataParallel, config["lr"], seed)
+                    remade = lambda a=again: a()[0]  # noqa: E731 - the step, built again
+                    later.gpu_work(entry["dp_timeline"], remade, devices, timeline_steps, warmup)
         ours, theirs = entry["results"]["ours"]["step_ms"], entry["results"]["torch"]["step_ms"]
         entry["ours_over_torch"] = ours / theirs
         report["workloads"][key] = entry
+    if later is not None:
+        later.run()  # after every timing: nothing below is timed
+    for entry in report["workloads"].values():
+        if isinstance(entry.get("dp_timeline"), Timeline):
+            entry["dp_timeline"] = entry["dp_timeline"].to_dict()
     return report
 
 
@@ -259,8 +273,9 @@ def plot_side_by_side(report: dict[str, Any], key: str, where: str = "") -> Any:
 def step_table(report: dict[str, Any]) -> str:
     """Median step time per implementation and workload, with the middle half of the steps,
     and our DDP over torch's: a tie when their middle halves overlap."""
+    clock = report.get("clock") or HOST_SYNCED  # older files: rank_step_times, this clock
     lines = [
-        f"{report['label']}, median of {report['settings']['steps']} steps "
+        f"{report['label']}, {clock}, median of {report['settings']['steps']} steps "
         "(in brackets: the middle half of the steps, first to third quartile)"
     ]
     for entry in report["workloads"].values():

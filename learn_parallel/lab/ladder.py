@@ -3,9 +3,11 @@
 `run` measures every rung (`ladder_rungs`) and DDP interleaved: in each of ``repeats``
 rounds every rung is built afresh from the same weights and batch, warmed up and timed
 (each step ended by a synchronize of every device), then DDP runs in its own processes.
-A row keeps each round's median (``repeats``) and their minimum, median and maximum; the
-first round also records a timeline. The ladder and libtorch_replicate chapters run it
-live on small workloads beside the runs recorded on GPUs (``ladder.json``, ``clone.json``).
+A row keeps each round's median (``repeats``) and their minimum, median and maximum, and,
+per round, each phase's mean bar from a few recorded steps (``phase_ms``); the first
+round's timeline is kept, and with ``gpu_work`` a profiled pass after every round adds the
+GPU work inside its bars. The ladder and libtorch_replicate chapters run it live on small
+workloads beside the runs recorded on GPUs (``ladder.json``, ``clone.json``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import statistics
 import sys
 import time
 import warnings
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -23,16 +26,18 @@ from typing import Any
 import torch
 
 from learn_parallel.devices import resolve_devices, synchronize
-from learn_parallel.lab import provenance
+from learn_parallel.lab import provenance, trace
 from learn_parallel.lab.ddp_timeline import choose_backend
+from learn_parallel.lab.kernels import ProfiledPass
 from learn_parallel.lab.ladder_rungs import CLONE_SET, DDP_ROWS, LADDER, LR, MEASURED, SEED, Rung
+from learn_parallel.lab.measurement import synced_clock
 from learn_parallel.lab.steps import failure_becomes_row, record_timeline
-from learn_parallel.lab.timing import describe_hardware, step_times_ms
+from learn_parallel.lab.timing import HOST, Timeline, describe_hardware, step_times_ms
 from learn_parallel.lab.workloads import Workload, build_model, standard_workloads
 from learn_parallel.replicate import replicate
 from learn_parallel.variants.clone_replicate import clone_replicate
 
-SCHEMA = "learn_parallel.lab.ladder/2"
+SCHEMA = "learn_parallel.lab.ladder/3"
 # Times torch's DDP in its own processes: (workloads, world, warmup, steps, backend, timeout_s,
 # graphs, lr, seed) -> {kind: {"ddp": result, "ddp_graphs": result}}; the recording passes one.
 DdpTimer = Callable[..., dict[str, dict[str, dict[str, Any]]]]
@@ -53,8 +58,11 @@ def measure_round(
     warmup: int,
     steps: int,
     timeline_steps: int,
+    later: ProfiledPass | None = None,
 ) -> None:
-    """One round of ``rung``: build, warm up, time; the round's times go into ``row``."""
+    """One round of ``rung``: build, warm up, time, then record ``timeline_steps`` more; the
+    round's times and phase means go into ``row`` (the first round's timeline too, its GPU
+    work queued on ``later``)."""
     if row["status"] != "ok":
         return  # not applicable here, or failed in an earlier round
     with warnings.catch_warnings(record=True) as caught:
@@ -63,8 +71,14 @@ def measure_round(
         step, marked = rung.make(workload, devices)
         host: list[float] = []
         times = step_times_ms(step, devices, warmup, steps, host)
-        if marked is not None and timeline_steps > 0 and "timeline" not in row:
-            row["timeline"] = record_timeline(step, marked, timeline_steps)
+        if marked is not None and timeline_steps > 0:
+            timeline = record_timeline(step, marked, timeline_steps)
+            row.setdefault("phase_ms", []).append(phase_ms(timeline))
+            if "timeline" not in row:
+                row["timeline"] = timeline
+                if later is not None:
+                    again = partial(_remade, rung, workload, devices)
+                    later.gpu_work(timeline, again, marked, timeline_steps, warmup)
     row["step_ms_all"].append(times)
     row["repeats"].append(statistics.median(times))
     row["host_ms_repeats"].append(statistics.median(host))
@@ -75,8 +89,25 @@ def measure_round(
             row["note"] = f"{row['note']}; {w.message}" if row["note"] else str(w.message)
 
 
+def phase_ms(timeline: Timeline) -> dict[str, float]:
+    """Per phase, its bars' ms per step, averaged over the device rows (the host row left out;
+    a row without the phase counts as 0)."""
+    rows = {r.device for r in timeline.records if r.device != HOST}
+    totals: dict[str, float] = defaultdict(float)
+    for r in timeline.records:
+        if r.device in rows:
+            totals[r.phase] += r.duration_ms
+    per = max(1, len(rows) * len(timeline.steps()))
+    return {phase: ms / per for phase, ms in sorted(totals.items())}
+
+
+def _remade(rung: Rung, workload: Workload, devices: list) -> Callable[[], Any]:
+    return rung.make(workload, devices)[0]
+
+
 def replicate_host_ms(workload: Workload, count: int, repeats: int = 20) -> dict[str, float]:
     """Median host time of one replicate call per strategy (no synchronize inside the timing)."""
+    trace.refuse_after_profiler("Timing replicate")
     devices = resolve_devices(list(range(count)))
     model = build_model(workload).to(devices[0].torch_device)
     result = {}
@@ -138,9 +169,11 @@ def run(
     ddp_timeout: float = 300.0,
     command: str = "",
     progress: bool = True,
+    gpu_work: bool = False,
 ) -> dict[str, Any]:
     """Measure ``which`` (``"ladder"`` or ``"clone"``) interleaved; write and return the JSON.
-    DDP's rows come from ``ddp`` (None or False: no DDP rows)."""
+    DDP's rows come from ``ddp`` (None or False: no DDP rows); ``gpu_work``: after every
+    round, profile each rung's first timeline again for the GPU work in its bars."""
     out.mkdir(parents=True, exist_ok=True)
     rungs = MEASURED if which == "ladder" else CLONE_SET
     started = time.perf_counter()
@@ -160,6 +193,7 @@ def run(
         for w in workloads:
             rows[w.kind, "ddp_graphs"].update(status="not applicable", note="needs CUDA GPUs")
     ordered = sorted(rungs, key=lambda rung: rung.measure_last)
+    later = ProfiledPass() if gpu_work else None
     for number in range(repeats):
         for rung in ordered:
             for workload in workloads:
@@ -169,8 +203,7 @@ def run(
                     print(where, file=sys.stderr, flush=True)
                 # A failing rung becomes its row's note; its step is freed before the next rung.
                 with failure_becomes_row(row):
-                    shown = timeline_steps if number == 0 else 0
-                    measure_round(row, rung, workload, count, warmup, steps, shown)
+                    measure_round(row, rung, workload, count, warmup, steps, timeline_steps, later)
             if ddp and rung is _last_eager(ordered):
                 backend = choose_backend(count)[0]
                 launch = partial(ddp, workloads, count, warmup, steps, backend, ddp_timeout)
@@ -181,18 +214,32 @@ def run(
         if host := row.get("host_ms_repeats"):  # our rungs; DDP's ranks each have a host
             row["host_ms"] = statistics.median(host)
     host = {w.kind: replicate_host_ms(w, count) for w in workloads} if which == "clone" else {}
-    hardware = describe_hardware(resolve_devices(list(range(count))))
+    if later is not None:
+        if progress:
+            print("after every round: the first timelines again, profiled", file=sys.stderr)
+        later.run()  # nothing is timed after this: torch.profiler has run
+    for row in rows.values():
+        if isinstance(row.get("timeline"), Timeline):
+            row["timeline"] = row["timeline"].to_dict()
+    devices = resolve_devices(list(range(count)))
+    hardware = describe_hardware(devices)
     report = {
         "schema": SCHEMA,
         "set": which,
         **provenance.run_metadata(command),
         "hardware": hardware.__dict__ | {"label": hardware.label()},
         "workloads": {w.kind: {**w.to_dict(), "title": w.describe()} for w in workloads},
+        "clock": synced_clock(devices),  # every step time; the timelines are CUDA events
         "timing": f"{repeats} interleaved rounds; in each, every rung is built afresh and timed "
         f"for {steps} steps after {warmup} warm-up steps, each step ended by a synchronize of "
         "every device (DDP: the slowest rank per step); a row's repeats are its rounds' medians; "
-        "host_ms: median over the rounds of the host time until the step returned (its work "
-        "enqueued), for the rungs run in this process",
+        f"then {timeline_steps} steps recorded per device, whose mean bar per phase is the "
+        "round's phase_ms; host_ms: median over the rounds of the host time until the step "
+        "returned (its work enqueued), for the rungs run in this process",
+        "gpu_work": "in the first round's timelines: a profiled repeat of their steps, after "
+        "every round was timed (learn_parallel.lab.kernels)"
+        if gpu_work
+        else None,
         "repeats": repeats,
         "rows": [rows[key] for key in rows],
         "replicate_host_ms": host,

@@ -21,6 +21,7 @@ from learn_parallel.lab.reference_step import reference_step
 from learn_parallel.lab.steps import make_step
 from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
 from learn_parallel.ladder import FastDataParallel, ReplicatedStep
+from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.variants import split_batch
 from learn_parallel.variants.clone_replicate import CloneDataParallel
 
@@ -28,8 +29,15 @@ LR, SEED = 0.01, 0  # every rung and DDP: SGD at this rate, weights and batch fr
 Step = Callable[[], Any]
 
 
+class TorchWithOurWorkers(torch.nn.DataParallel):
+    """torch's DataParallel with one thing changed: our parallel_apply (persistent workers)."""
+
+    def parallel_apply(self, replicas: Sequence[nn.Module], inputs: Any, kwargs: Any) -> list:
+        return parallel_apply(replicas, inputs, kwargs, self.device_ids[: len(replicas)])
+
+
 class TorchReplicateDataParallel(DataParallel):
-    """Our DataParallel (persistent workers) with torch's own replicate: the second rung."""
+    """Our DataParallel with torch's own replicate: our forward around torch's replicate."""
 
     def replicate(self, module: nn.Module, device_ids: Sequence[Any]) -> list[nn.Module]:
         return torch.nn.parallel.replicate(module, device_ids, not torch.is_grad_enabled())
@@ -90,12 +98,22 @@ LADDER = (
     ),
     Rung(
         "persistent_workers",
-        "one long-lived worker thread per device (our parallel_apply); "
-        "torch's replicate still rebuilds every module each step",
+        "torch.nn.DataParallel with only its parallel_apply swapped for ours: one "
+        "long-lived worker thread per device instead of a fresh thread per replica",
+        "none",
+        True,
+        wrapped(TorchWithOurWorkers),
+        "torch_dp",
+    ),
+    Rung(
+        "our_forward",
+        "learn_parallel.DataParallel's forward around the same replicate and workers: "
+        "its source-device check, scatter and gather (and its phase marks, idle when "
+        "nothing records); torch's replicate still rebuilds every module each step",
         "none",
         True,
         wrapped(TorchReplicateDataParallel),
-        "torch_dp",
+        "persistent_workers",
     ),
     Rung(
         "lean_replicate",
@@ -104,7 +122,7 @@ LADDER = (
         "none",
         False,
         wrapped(DataParallel),
-        "persistent_workers",
+        "our_forward",
     ),
     Rung(
         "kept_replicas",

@@ -14,7 +14,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from learn_parallel.lab.measure import Measurement
+from learn_parallel.lab.measurement import Measurement
 from learn_parallel.lab.timing import PHASES, Timeline
 
 PHASE_COLORS = {

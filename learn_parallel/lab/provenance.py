@@ -1,9 +1,10 @@
 """Where a recording came from, and whether the code it measured has changed since.
 
-Every recording the chapters read carries `stamp`: the commit, the date, the machine as its
-hardware names itself, the torch, CUDA and cuDNN versions, the command, and ``measured``:
-the sha256 of each package file whose behaviour the recording measures (`MEASURED` says
-which, per recording). `changed_since` compares those hashes with the files installed now;
+Every recording the chapters read carries `stamp`: the commit (and where it was read), the
+date, the machine as its hardware names itself, the torch, CUDA and cuDNN versions, the
+command, what else the recording script ran on the host meanwhile (``ran_beside``), and
+``measured``: the sha256 of each package file whose behaviour the recording measures
+(`MEASURED` says which). `changed_since` compares those hashes with the files here now;
 `stale_recordings` lists every shipped recording whose measured code has changed.
 """
 
@@ -16,6 +17,7 @@ import os
 import platform
 import re
 import subprocess
+import time
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
@@ -23,7 +25,9 @@ from typing import Any
 
 import torch
 
-COMMIT_ENV = "LEARN_PARALLEL_COMMIT"  # set by the recording script where .git did not travel
+COMMIT_ENV = "LEARN_PARALLEL_COMMIT"  # the commit, where the package is not its own checkout
+RUN_LOG_ENV = "LEARN_PARALLEL_RUN_LOG"  # the recording script's log of parts (JSON lines)
+PART_ENV = "LEARN_PARALLEL_PART"  # the part of the script this process records
 
 
 def _files(*names: str) -> list[str]:
@@ -40,7 +44,8 @@ _TOP += _files("ladder/kept_replicas", "ladder/replicated")
 # What each recording measured.
 MEASURED: dict[str, list[str]] = {
     "chapters.json": _CORE
-    + _files("lab/measure", "variants/tuple_parallel", "experiments/measure"),
+    + _files("lab/measurement", "lab/measure_pieces", "lab/measure_steps", "lab/measure_tuple")
+    + _files("variants/tuple_parallel", "experiments/measure"),
     "bench.json": _CORE + _TOP + _files("experiments/benchmark", "experiments/bench_settings"),
     "chain_bench.json": _CORE
     + _files("lab/chain_bench", "variants/options", "experiments/chain_bench"),
@@ -59,8 +64,10 @@ MEASURED: dict[str, list[str]] = {
     "torchrun.json": _files("ladder/launch", "ladder/train", "ladder/distributed", "phases")
     + _files("ladder/collectives", "experiments/torchrun_times"),
     # The counts mirror the workloads and the chapters' measurements (experiments/floor_counts).
-    "floors.json": _files("lab/workloads", "lab/measure", "experiments/floors")
-    + _files("experiments/floor_counts"),
+    "floors.json": _files("lab/workloads", "lab/measure_steps", "lab/measure_pieces")
+    + _files("experiments/floors", "experiments/floor_counts"),
+    "profiler_tax.json": _CORE
+    + _files("lab/ladder_rungs", "lab/trace", "experiments/profiler_tax"),
 }
 
 
@@ -78,16 +85,58 @@ def file_hashes(names: Iterable[str]) -> dict[str, str]:
     }
 
 
-def commit() -> str | None:
-    """The commit recorded: ``$LEARN_PARALLEL_COMMIT``, else git's HEAD of a checkout, else None."""
+def commit() -> tuple[str | None, str]:
+    """The commit recorded, and where it was read: git's HEAD where git's top level is the
+    package's own checkout; else ``$LEARN_PARALLEL_COMMIT``; else None, said so."""
+    top = _git("rev-parse", "--show-toplevel")
+    if top and Path(top).resolve() == package_dir().parent.resolve():
+        return _git("rev-parse", "HEAD"), "git: the package's own checkout"
     if os.environ.get(COMMIT_ENV):
-        return os.environ[COMMIT_ENV]
-    git = ["git", "-C", str(package_dir()), "rev-parse", "HEAD"]
+        return os.environ[COMMIT_ENV], f"${COMMIT_ENV}"
+    return None, f"unknown: not a git checkout of the package, and ${COMMIT_ENV} is not set"
+
+
+def _git(*args: str) -> str | None:
     try:
-        done = subprocess.run(git, capture_output=True, text=True, timeout=10)
+        done = subprocess.run(
+            ["git", "-C", str(package_dir()), *args], capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def ran_beside(now: float | None = None) -> list[dict[str, Any]] | None:
+    """The other parts of the recording script whose runs overlapped this one, from its log
+    (``$LEARN_PARALLEL_RUN_LOG``, one JSON line per start and end of a part, each run with
+    its ``id``; ``$LEARN_PARALLEL_PART`` is this run's): each with its GPUs and times (s
+    since the epoch); None where no log was kept (a run outside the script)."""
+    path, mine = os.environ.get(RUN_LOG_ENV), os.environ.get(PART_ENV)
+    if not path or not mine or not Path(path).is_file():
+        return None
+    now = time.time() if now is None else now
+    runs: dict[str, dict[str, Any]] = {}
+    for line in Path(path).read_text().splitlines():
+        event = json.loads(line)
+        run = runs.setdefault(event["id"], {"part": event["part"], "gpus": event["gpus"]})
+        run[event["event"]] = event["time"]
+    start = runs.get(mine, {}).get("start", now)
+    return [
+        run
+        for key, run in runs.items()
+        if key != mine and run["start"] < now and run.get("end", now) > start
+    ]
+
+
+def beside_line(record: dict[str, Any]) -> str:
+    """One line on what the recording script ran on the same host while ``record`` was made."""
+    beside = record.get("ran_beside")
+    if beside is None:
+        return "other runs on the host meanwhile: not recorded (no run log of the script)"
+    if not beside:
+        return "nothing else of the recording script ran on the host meanwhile"
+    runs = ", ".join(f"{r['part']} (GPUs {r['gpus']})" for r in beside)
+    return f"ran while other parts of the recording script ran on the same host: {runs}"
 
 
 def machine() -> str:
@@ -108,8 +157,10 @@ def run_metadata(command: str) -> dict[str, Any]:
     paths in the command keep their last part: readers have no use for the machine's folders)."""
     command = re.sub(r"(?<!\S)/\S*/(\S+)", r".../\1", command)  # /tmp/x/h200-x4: .../h200-x4
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    sha, source = commit()
     return {
-        "commit": commit(),
+        "commit": sha,
+        "commit_source": source,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(),
         "torch_version": torch.__version__,
@@ -126,6 +177,7 @@ def stamp(report: dict[str, Any], recording: str) -> dict[str, Any]:
     metadata = run_metadata(command)
     return {**report, **{k: v for k, v in metadata.items() if k not in report}} | {
         "command": metadata["command"],
+        "ran_beside": ran_beside(),
         "measured": file_hashes(MEASURED[recording]),
     }
 

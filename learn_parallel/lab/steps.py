@@ -2,7 +2,8 @@
 
 `train_step` (the performance chapter shows it): forward, loss, backward, SGD step;
 `make_step` builds one for a workload under any wrapper; `record_timeline` records a few
-more per device; `failure_becomes_row` turns a failed run into a row of a result table;
+more per device (no profiler: `kernels.ProfiledPass` adds the GPU work after every timed
+round); `failure_becomes_row` turns a failed run into a row of a result table;
 `one_thread_per_device` is the CPU thread policy set before anything is timed.
 """
 
@@ -18,8 +19,8 @@ import torch
 from torch import nn
 
 from learn_parallel.devices import Device, device_type
-from learn_parallel.lab.kernels import with_gpu_times
 from learn_parallel.lab.timing import Recorder, Timeline, phase
+from learn_parallel.lab.trace import ProfiledProcessError
 from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
 
 
@@ -90,17 +91,12 @@ def make_step(
     return step, forward, model
 
 
-def record_timeline(step: Callable[[], Any], devices: Sequence[Device], steps: int) -> dict:
-    """``steps`` more calls of ``step`` recorded per device, as JSON-ready data (on GPUs with
-    the GPU time inside each bar)."""
-
-    def record() -> Timeline:
-        with Recorder(devices=devices) as recorder:
-            for _ in recorder.steps(steps):
-                step()
-        return recorder.timeline()
-
-    return with_gpu_times(record).to_dict()
+def record_timeline(step: Callable[[], Any], devices: Sequence[Device], steps: int) -> Timeline:
+    """``steps`` more calls of ``step`` recorded per device, every device idle between them."""
+    with Recorder(devices=devices) as recorder:
+        for _ in recorder.steps(steps):
+            step()
+    return recorder.timeline()
 
 
 @contextmanager
@@ -109,6 +105,8 @@ def failure_becomes_row(row: dict[str, Any], limit: int = 600) -> Iterator[dict[
     with its message instead of ending the whole run. Memory is given back either way."""
     try:
         yield row
+    except ProfiledProcessError:
+        raise  # the run's method is wrong, not this row
     except Exception as error:  # noqa: BLE001 - one failure is a row, not a lost run
         row.update(status="failed", note=f"{type(error).__name__}: {error}"[:limit])
     finally:

@@ -30,6 +30,7 @@ import torch
 from learn_parallel import phases
 from learn_parallel.devices import Device, DeviceLike, device_count, device_type, resolve_devices
 from learn_parallel.devices import synchronize as synchronize_devices
+from learn_parallel.lab import trace
 
 _active: Recorder | None = None  # the recorder switched on, if any
 
@@ -124,6 +125,9 @@ class Timeline:
     records: list[PhaseRecord]
     clocks: dict[str, str]  # row -> "cuda-event" or "host"
     origin_s: float = 0.0  # time.perf_counter() at 0 ms
+    # Per GPU row, how far (µs) the profiled pass's second clock anchor landed from where its
+    # first one put it (`kernels.ProfiledPass`): the error that ``gpu_ms`` may carry.
+    anchor_drift_us: dict[str, float] = field(default_factory=dict)
 
     def devices(self) -> list[str]:
         """Rows in display order: the host row first, then devices by index."""
@@ -147,6 +151,7 @@ class Timeline:
             records=[PhaseRecord(**r) for r in data["records"]],
             clocks=dict(data["clocks"]),
             origin_s=data.get("origin_s", 0.0),
+            anchor_drift_us=data.get("anchor_drift_us", {}),
         )
 
 
@@ -206,6 +211,7 @@ class Recorder:
         global _active
         if _active is not None:
             raise RuntimeError("Another Recorder is already switched on; stop it first.")
+        trace.refuse_after_profiler("Recording a timeline")
         self._t0 = time.perf_counter() if self._origin_s is None else self._origin_s
         for device in self.devices:
             self._reference(device)
@@ -381,6 +387,7 @@ def step_times_ms(
     """Wall time (host clock) of each of ``steps`` calls of ``step`` in ms, after ``warmup``
     untimed ones; every device idle at each call's start and end, so it times that call's work.
     ``host_ms`` gets, per step, the host time until ``step`` returned (its work enqueued)."""
+    trace.refuse_after_profiler("Timing steps")
     for _ in range(warmup):
         step()
     times = []

@@ -32,10 +32,9 @@ class Claim:
 
 
 def _recorded():
-    from learn_parallel.lab.chapter import RECORDED_MACHINE
     from learn_parallel.lab.measure import load_recorded
 
-    return load_recorded(RECORDED_MACHINE)
+    return load_recorded()  # the machine the chapters read
 
 
 def _ladders() -> dict:
@@ -44,49 +43,6 @@ def _ladders() -> dict:
     root = records.recorded_root()
     found = {m.name: records.read_json("ladder.json", m.name) for m in root.iterdir()}
     return {name: report for name, report in found.items() if report}
-
-
-def _phase(report: dict, kind: str, rung: str, phase: str) -> tuple[float, float]:
-    """A rung's mean bar of ``phase`` per step and device row, and the GPU work inside it."""
-    from learn_parallel.lab.bridges import rung_timeline
-
-    timeline = rung_timeline(report, kind, rung)
-    rows = {r.device for r in timeline.records if r.device != "host"}
-    bars = [r for r in timeline.records if r.phase == phase and r.device in rows]
-    per = len(rows) * len(timeline.steps())
-    return sum(r.duration_ms for r in bars) / per, sum(r.gpu_ms or 0.0 for r in bars) / per
-
-
-def _slower_than_below(report: dict, kind: str, rung: str, below: str) -> bool:
-    from learn_parallel.lab.bridges import repeats_of
-    from learn_parallel.lab.spread import compare
-
-    rows = {r["rung"]: r for r in report["rows"] if r["workload"] == kind}
-    return compare(repeats_of(rows[rung]), repeats_of(rows[below])) == "slower"
-
-
-def _overlap_rungs_lose_in_backward() -> bool:
-    """Where overlap_reduce is slower than kept_replicas, its backward bar grew; where
-    all_reduce_in_backward is slower than own_optimizers, its backward bar grew by more than
-    the all-reduce bar it took in."""
-    checked = 0
-    for report in _ladders().values():
-        for kind in report["workloads"]:
-            if _slower_than_below(report, kind, "overlap_reduce", "kept_replicas"):
-                (bar0, _), (bar1, _) = (
-                    _phase(report, kind, r, "backward") for r in ("kept_replicas", "overlap_reduce")
-                )
-                checked += 1
-                if not bar1 > bar0:
-                    return False
-            if _slower_than_below(report, kind, "all_reduce_in_backward", "own_optimizers"):
-                bar0, _ = _phase(report, kind, "own_optimizers", "backward")
-                bar1, _ = _phase(report, kind, "all_reduce_in_backward", "backward")
-                took_in, _ = _phase(report, kind, "own_optimizers", "all-reduce")
-                checked += 1
-                if not bar1 - bar0 > took_in:
-                    return False
-    return checked > 0
 
 
 def _step_graphs_all_reduce_is_after_backward() -> bool:
@@ -117,12 +73,6 @@ CLAIMS: list[Claim] = [
     # -- intro, devices, source_device, scatter, replicate, gather, glossary
     # -- parallel_apply, data_parallel, distributed, tuple_parallel, options, pitfalls
     # -- performance, ladder, libtorch_replicate, teaching
-    Claim(
-        "ladder",
-        "the lines above show where the time went: backward's bar grows",
-        lambda: _overlap_rungs_lose_in_backward(),
-        "ladder.json of every recorded machine: verdicts and the rungs' timelines",
-    ),
     Claim(
         "ladder",
         "it runs after the last device's backward graph has\nended",

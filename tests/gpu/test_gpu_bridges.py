@@ -19,7 +19,7 @@ from torch import nn
 import learn_parallel as lp
 from experiments import ladder as record_ladder
 from learn_parallel.lab import ladder
-from learn_parallel.lab.ladder_rungs import TorchReplicateDataParallel
+from learn_parallel.lab.ladder_rungs import TorchReplicateDataParallel, TorchWithOurWorkers
 from learn_parallel.ladder.fast import FastDataParallel
 
 pytestmark = pytest.mark.gpu
@@ -84,7 +84,8 @@ def single_device():
 
 WRAPPERS = {
     "clone": lambda m: lp.CloneDataParallel(m, device_ids=[0, 1]),
-    "persistent_workers": lambda m: TorchReplicateDataParallel(m, device_ids=[0, 1]),
+    "persistent_workers": lambda m: TorchWithOurWorkers(m, device_ids=[0, 1]),
+    "our_forward": lambda m: TorchReplicateDataParallel(m, device_ids=[0, 1]),
     "lean_replicate": lambda m: lp.DataParallel(m, device_ids=[0, 1]),
     "kept_replicas": lambda m: FastDataParallel(m, [0, 1], overlap_reduce=False),
     "overlap_reduce": lambda m: FastDataParallel(m, [0, 1], bucket_mb=0.001),

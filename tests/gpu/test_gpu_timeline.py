@@ -7,7 +7,10 @@ own cost is not part of this, ``python -m experiments.recorder_cost`` measures i
 rows of a recorded step begin when the host issued its scatter (within
 0.5 ms: the devices are idle when a recorded step begins), the event clock
 and the host clock agree, and backward is recorded per device, inside the
-training loop's backward.
+training loop's backward. Then the GPU work inside each bar (`kernels.ProfiledPass`), on
+every visible GPU: identical replicas' forwards show the same GPU work, within
+``kernels.STRIP_TOLERANCE``, and each GPU's two clock anchors agree within 5 µs (``-s``
+prints the measured spread and drift).
 """
 
 import time
@@ -87,3 +90,47 @@ def test_backward_is_recorded_per_device_inside_the_loops_backward(recorded):
 def test_event_clock_and_host_clock_agree():
     for row in clock_alignment(DEVICES, gap_s=0.1):
         assert abs(row["event_ms"] - row["host_ms"]) <= 0.2, row
+
+
+# -- the GPU work inside each bar (learn_parallel.lab.kernels) ----------------------------
+
+
+@pytest.fixture(params=["parallel_apply_timeline", "training_timeline"])
+def strips(request):
+    """A chapter's timeline on every visible GPU, its GPU work from the profiled pass."""
+    from learn_parallel.lab import measure
+    from learn_parallel.lab.kernels import ProfiledPass
+
+    devices = [Device("cuda", i) for i in range(torch.cuda.device_count())]
+    later = ProfiledPass()
+    timeline = getattr(measure, request.param)(devices, later)
+    later.run()
+    return timeline
+
+
+def test_identical_replicas_strips_agree(strips):
+    """Every replica's forward does the same work on the same rows: its GPU work must not
+    depend on which GPU it ran on (it did by half when one anchor served every GPU)."""
+    from learn_parallel.lab.kernels import STRIP_TOLERANCE
+
+    share, floor_ms = STRIP_TOLERANCE
+    for step in strips.steps()[1:]:  # the first recorded step may still warm up
+        work = {
+            r.device: r.gpu_ms
+            for r in strips.records
+            if r.step == step and r.phase == "forward" and r.device != HOST
+        }
+        assert None not in work.values() and len(work) >= 2, work
+        middle = sorted(work.values())[len(work) // 2]
+        spread = max(work.values()) - min(work.values())
+        print(f"step {step}: GPU work per replica {work} (ms), spread {spread * 1e3:.1f} µs")
+        assert spread <= max(share * middle, floor_ms), work
+
+
+def test_each_gpus_clock_anchors_agree(strips):
+    """The anchor after the profiled steps lands where the one before them put it."""
+    assert strips.anchor_drift_us and set(strips.anchor_drift_us) == {
+        r.device for r in strips.records if r.device != HOST
+    }
+    print("anchor drift per GPU (µs):", strips.anchor_drift_us)
+    assert all(abs(us) <= 5.0 for us in strips.anchor_drift_us.values()), strips.anchor_drift_us

@@ -43,13 +43,15 @@ def test_quick_run_writes_every_rung_with_its_rounds(tmp_path):
         assert sorted(row["repeats"]) == [row["step_ms_min"], row["step_ms_max"]]
         assert 0 < row["host_ms"] <= row["step_ms"]  # the host time until the step returned
         assert row["timeline"]["records"], name  # every rung we built marks its phases
-    assert report["schema"] == "learn_parallel.lab.ladder/2" and report["repeats"] == 2
+        assert len(row["phase_ms"]) == 2 and "forward" in row["phase_ms"][0]  # one per round
+    assert report["schema"] == "learn_parallel.lab.ladder/3" and report["repeats"] == 2
+    assert report["clock"] == "host clock" and "profiled repeat" in report["gpu_work"]
 
 
 def test_rounds_interleave_the_rungs_with_ddp_once_per_round(tmp_path, monkeypatch):
     calls = []
 
-    def fake_round(row, rung, workload, count, warmup, steps, timeline_steps):
+    def fake_round(row, rung, workload, count, warmup, steps, timeline_steps, later=None):
         calls.append(rung.name)
         row["repeats"].append(1.0)
         row["step_ms_all"].append([1.0])
@@ -143,3 +145,22 @@ def test_a_rung_that_warns_keeps_its_times_and_says_why_in_its_note():
         ladder.measure_round(row, rung, workload, 2, warmup=0, steps=2, timeline_steps=0)
     assert row["status"] == "ok" and len(row["repeats"]) == 2
     assert row["note"] == "capturing the step on sim:1 was refused (X); eagerly"  # said once
+
+
+def test_phase_lines_compare_each_phase_over_the_rounds():
+    timeline = {"records": [{"device": "cuda:0", "phase": "backward", "step": 0, "gpu_ms": 2.0}]}
+    below = _row("kept_replicas", [10.0, 10.5]) | {
+        "phase_ms": [{"backward": 5.0}, {"backward": 5.2}]
+    }
+    rung = _row("overlap_reduce", [11.0, 11.5], below="kept_replicas")
+    rung |= {"phase_ms": [{"backward": 6.0, "reduce": 0.1}, {"backward": 6.4, "reduce": 0.2}]}
+    report = {"rows": [below | {"timeline": timeline}, rung | {"timeline": timeline}]}
+    lines = bridges.phase_lines(report, "mlp", "overlap_reduce", "kept_replicas")
+    assert lines == [
+        "  backward               5.10 (5.00-5.20) ->   6.20 (6.00-6.40) ms, slower;"
+        " GPU work 2.00 -> 2.00",
+        "  reduce                 0.00 (0.00-0.00) ->   0.15 (0.10-0.20) ms, slower;"
+        " GPU work 0.00 -> 0.00",
+    ]
+    del report["rows"][0]["phase_ms"]  # a recording made before the rounds kept their phases
+    assert bridges.phase_lines(report, "mlp", "overlap_reduce", "kept_replicas") == []

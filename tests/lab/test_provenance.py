@@ -7,6 +7,7 @@ able to change the code. `book/data/README.md` lists each recording's commit and
 
 import json
 import re
+import subprocess
 
 import pytest
 
@@ -19,11 +20,65 @@ def test_a_stamp_names_the_commit_the_machine_and_the_hash_of_every_measured_fil
     monkeypatch.setenv(provenance.COMMIT_ENV, "a" * 40)
     stamped = provenance.stamp({"meta": {"command": "python -m experiments.bench"}}, "bench.json")
     assert all(key in stamped for key in REQUIRED)
-    assert stamped["commit"] == "a" * 40 and stamped["command"] == "python -m experiments.bench"
+    assert stamped["command"] == "python -m experiments.bench"
+    assert stamped["commit"] == provenance.commit()[0] and stamped["commit_source"]
     assert set(stamped["measured"]) == set(provenance.MEASURED["bench.json"])
     assert "missing" not in stamped["measured"].values()  # every listed file exists here
     assert provenance.changed_since(stamped) == []
     assert provenance.staleness_line(stamped) is None
+
+
+def _git(folder, *args):
+    subprocess.run(["git", "-C", str(folder), *args], check=True, capture_output=True)
+
+
+def test_a_commit_is_stamped_only_from_the_packages_own_checkout(tmp_path, monkeypatch):
+    monkeypatch.delenv(provenance.COMMIT_ENV, raising=False)
+    own = tmp_path / "own"
+    (own / "learn_parallel").mkdir(parents=True)
+    (own / "learn_parallel" / "x.py").write_text("")
+    _git(own, "init", "-q")
+    _git(own, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x", "--allow-empty")
+    monkeypatch.setattr(provenance, "package_dir", lambda: own / "learn_parallel")
+    sha, source = provenance.commit()
+    assert len(sha) == 40 and source == "git: the package's own checkout"
+    # A copy of the package inside another repository: that repository's HEAD is not ours.
+    vendored = own / "vendor" / "learn_parallel"
+    vendored.mkdir(parents=True)
+    monkeypatch.setattr(provenance, "package_dir", lambda: vendored)
+    assert provenance.commit() == (
+        None,
+        "unknown: not a git checkout of the package, and $LEARN_PARALLEL_COMMIT is not set",
+    )
+    monkeypatch.setenv(provenance.COMMIT_ENV, "b" * 40)
+    assert provenance.commit() == ("b" * 40, "$LEARN_PARALLEL_COMMIT")
+
+
+def test_a_recording_names_the_parts_that_ran_beside_it(tmp_path, monkeypatch):
+    log = tmp_path / "run-log.jsonl"
+    events = [
+        ("ladder@h-1", "ladder", "start", "2,3", 100.0),
+        ("clone@h-2", "clone", "start", "0,1", 110.0),
+        ("clone@h-2", "clone", "end", "0,1", 130.0),
+        ("old@h-0", "measure", "start", "all", 10.0),
+        ("old@h-0", "measure", "end", "all", 90.0),  # over before the ladder began
+        ("workers@h-3", "workers", "start", "0,1", 135.0),  # still running
+    ]
+    lines = [dict(zip(("id", "part", "event", "gpus", "time"), e)) for e in events]
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert provenance.ran_beside() is None  # outside the recording script: not known
+    monkeypatch.setenv(provenance.RUN_LOG_ENV, str(log))
+    monkeypatch.setenv(provenance.PART_ENV, "ladder@h-1")
+    assert provenance.ran_beside(now=140.0) == [
+        {"part": "clone", "gpus": "0,1", "start": 110.0, "end": 130.0},
+        {"part": "workers", "gpus": "0,1", "start": 135.0},
+    ]
+    monkeypatch.setenv(provenance.PART_ENV, "old@h-0")
+    assert provenance.ran_beside(now=90.0) == []
+    said = provenance.beside_line({"ran_beside": [{"part": "clone", "gpus": "0,1", "start": 1.0}]})
+    assert said.endswith("on the same host: clone (GPUs 0,1)")
+    assert "nothing else" in provenance.beside_line({"ran_beside": []})
+    assert "not recorded" in provenance.beside_line({})
 
 
 def test_a_changed_file_makes_a_recording_stale_and_a_driver_a_wheel_lacks_does_not():

@@ -1,0 +1,89 @@
+"""Every title and table header names the clock its numbers were taken with, from the data.
+
+What these prove: a measurement's ``clock`` is whatever its timers reported reading (one or
+several, none is an error), and its label carries exactly that; the chapters' plot titles
+and the ladder's table header over ``bench.json`` take the clock from the recording's own
+field (``clock`` of each measurement, of ``bench.json``'s meta, of ``ladder.json``); a timer
+of whole steps names the host clock with GPUs synchronized, never CUDA events.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from _book import BOOK
+
+from learn_parallel.devices import Device
+from learn_parallel.lab import bridges, measure, measurement, records
+from learn_parallel.lab.measurement import EVENTS, HOST, HOST_SYNCED, Measurement, measured
+from learn_parallel.lab.plots import plot_measurement
+
+SIM = [Device("sim", 0), Device("sim", 1)]
+
+
+def _result(**kw) -> Measurement:
+    return Measurement("k", "t", "x", "y (ms)", ["a"], {"s": [1.0]}, "2 test devices", **kw)
+
+
+def test_a_measurement_names_the_clocks_its_timers_read():
+    @measured
+    def host_only():
+        measurement.median_ms(lambda: None, SIM[0], repeats=1)
+        return _result()
+
+    @measured
+    def two_clocks():
+        measurement.uses_clock(EVENTS)
+        measurement.wall_ms(lambda: None, SIM, repeats=1)
+        return _result()
+
+    @measured
+    def none():
+        return _result()
+
+    assert (host_only().clock, host_only().hardware) == (HOST, "2 test devices (host clock)")
+    assert two_clocks().hardware == "2 test devices (CUDA events and host clock)"
+    with pytest.raises(RuntimeError, match="none read no clock its timers could name"):
+        none()
+
+
+def test_whole_calls_on_gpus_are_host_time_not_cuda_events():
+    # worker_overhead, tuple_vs_data_parallel and the chain time with wall_ms/step_times_ms.
+    assert measurement.synced_clock([Device("cuda", 0), Device("cuda", 1)]) == HOST_SYNCED
+    assert measurement.synced_clock(SIM) == HOST
+    assert measure.worker_overhead(SIM).clock == HOST  # its timer's, on these devices
+
+
+def test_each_panel_title_names_its_own_clock():
+    live = measure.worker_overhead(SIM)
+    recorded = measure.load_recorded().measurement("worker_overhead")
+    titles = [ax.get_title() for ax in plot_measurement(live, recorded).axes]
+    assert titles[0].endswith(f"({live.clock})") and titles[1].endswith(f"({recorded.clock})")
+
+
+def test_every_recorded_measurement_names_its_clock_as_its_label_does():
+    recorded = measure.load_recorded()
+    for m in [*recorded.measurements.values(), *recorded.repeat.values()]:
+        assert m.clock and m.hardware == f"{recorded.hardware} ({m.clock})", m.key
+
+
+def test_recorded_measurements_carry_the_clock_field_their_timers_wrote():
+    data = records.read_json("chapters.json", measure.load_recorded().machine)
+    if not all("clock" in m for m in data["measurements"].values()):
+        pytest.skip("chapters.json was recorded before measurements named their clock")
+    assert data["measurements"]["worker_overhead"]["clock"] == HOST_SYNCED  # wall_ms on GPUs
+
+
+def _outputs(chapter: str, index: int) -> str:
+    cell = json.loads((BOOK / f"{chapter}.ipynb").read_text())["cells"][index]
+    return "".join("".join(o.get("text", "")) for o in cell["outputs"])
+
+
+def test_the_ladder_table_header_over_bench_times_names_the_bench_clock():
+    bench = measure.load_recorded().bench
+    assert bridges.clock_of(bench) == bench["meta"].get("clock", HOST_SYNCED)
+    header = _outputs("ladder", 3).splitlines()[0]
+    label = bench["meta"]["hardware"]["label"]
+    assert header == f"bench.json, recorded on {label} ({bridges.clock_of(bench)})"
+    assert "CUDA events" not in header

@@ -1,0 +1,94 @@
+"""The one recording script records what the chapters read, on any GPU count, and the
+chapters find each recording by itself.
+
+What these prove: every part the script's header lists runs, each with every GPU it sees
+(no part is fixed to two GPUs); the performance chapter's command records every file that
+chapter reads; a recording made on other GPUs (``h100-x4`` instead of ``h200-x4``) is found
+without a code change, the folder with the most GPUs first, and a missing one is one line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from _book import BOOK, ROOT
+
+from learn_parallel.lab import measure, records
+
+SCRIPT = (ROOT / "book" / "data" / "record_gpu_runs.sh").read_text()
+# What each part writes into the machine's folder (the drivers name their files).
+PART_FILES = {
+    "measure": ["chapters.json", "chapters-repeat.json"],
+    "chain": ["chain_bench.json"],
+    "bench": ["bench.json"],
+    "ladder": ["ladder.json"],
+    "clone": ["clone.json"],
+    "ddp": ["distributed.json"],
+    "workers": ["persistent_workers.json"],
+    "timeline": ["timeline_check.json"],
+    "recorder": ["recorder_cost.json"],
+    "gatherprobe": ["gather_probe.json"],
+    "trace": ["trace-"],
+    "profilertax": ["profiler_tax.json"],
+}
+
+
+def test_every_part_runs_on_every_gpu_it_sees():
+    header = "\n".join(line for line in SCRIPT.splitlines() if line.startswith("#"))
+    for part in [*PART_FILES, "tests", "notebooks"]:
+        assert re.search(rf"#\s.*\b{part}\s", header), f"the header does not list {part}"
+        assert f"has {part}" in SCRIPT, f"no code runs part {part}"
+    assert not re.search(r"--(devices|world) [0-9]", SCRIPT), "a part fixed to a GPU count"
+
+
+def _reads(chapter: str) -> set[str]:
+    """The recorded files a chapter's code reads."""
+    cells = json.loads((BOOK / f"{chapter}.ipynb").read_text())["cells"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    found = set(re.findall(r'load_json\("([\w-]+\.json)"', code))
+    found |= {"bench.json"} if "RECORDED.bench" in code else set()
+    found |= {"chapters.json"} if re.search(r"RECORDED\.(measurement|timeline)", code) else set()
+    found |= {"chapters-repeat.json"} if "RECORDED.repeat" in code else set()
+    return found | ({"trace-"} if '"trace-' in code else set())
+
+
+def test_the_performance_chapters_command_records_all_it_reads():
+    markdown = json.loads((BOOK / "performance.ipynb").read_text())["cells"]
+    text = "\n".join("".join(c["source"]) for c in markdown if c["cell_type"] == "markdown")
+    (parts,) = re.findall(r'PARTS="([^"]+)" bash book/data/record_gpu_runs.sh', text)
+    recorded = {f for part in parts.split() for f in PART_FILES[part]}
+    assert _reads("performance") - recorded == set()
+    assert {"bench.json", "clone.json", "trace-"} <= _reads("performance")
+
+
+def _record(folder, name, date="2026-01-01"):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(json.dumps({"date": date}))
+
+
+def test_a_recording_on_other_gpus_drops_in(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(records.DATA_ENV, str(tmp_path))
+    _record(tmp_path / "h100-x2", "ladder.json")
+    _record(tmp_path / "h100-x2", "clone.json")
+    _record(tmp_path / "h100-x4", "ladder.json")
+    _record(tmp_path / "h100-x8", "ladder.json", date="2025-01-01")
+    assert records.machines() == ["h100-x2", "h100-x4", "h100-x8"]
+    assert records.machines("clone.json") == ["h100-x2"]
+    assert records.machine_for("clone.json") == "h100-x2"
+    assert records.machine_for("ladder.json") == "h100-x8"  # the most GPUs, then the newest
+    assert records.machine_for("nothing.json") is None
+    assert records.load_json("nothing.json") is None
+    assert "No recorded nothing.json for any recorded machine" in capsys.readouterr().out
+
+
+def test_the_chapters_read_the_machine_the_data_names(tmp_path, monkeypatch):
+    machine = records.machine_for("chapters.json")
+    source = records.recorded_root() / machine
+    for name in ("chapters.json", "bench.json", "chain_bench.json", "chapters-repeat.json"):
+        (tmp_path / "h100-x4").mkdir(exist_ok=True)
+        (tmp_path / "h100-x4" / name).write_text((source / name).read_text())
+    monkeypatch.setenv(records.DATA_ENV, str(tmp_path))
+    recorded = measure.load_recorded()
+    assert recorded.machine == "h100-x4" and recorded.source == str(tmp_path / "h100-x4")
+    assert recorded.hardware == records.read_json("chapters.json")["hardware"].split(" (")[0]
