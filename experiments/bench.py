@@ -243,7 +243,7 @@ def summary_table(report: dict[str, Any]) -> str:
     places = {r.get("ran_on", "?") for r in report["results"]}
     for group in report["groups"]:
         rows = [r for r in report["results"] if r["group"] == group["key"]]
-        lines.append(f"\n{group['title']}  ({report['meta']['clock']})")
+        lines.append(f"\n{group['title']}  ({report['meta'].get('clock', 'clock not recorded')})")
         lines.append(
             f"{'implementation':<16}{'devices':>8}  {'ran on':<12}{'step ms':>9}{'samples/s':>11}"
             f"{'÷ torch DP':>12}{'÷ DDP':>8}"

@@ -143,7 +143,8 @@ def test_every_row_says_where_it_ran_and_unlike_rows_get_no_ratio(quick_run):
         ("ddp", "cpu"),
     }
     rows = _table_rows(stdout)
-    assert "MLP 4 x 128, batch 64 x 128" in {heading for heading, _, _ in rows}
+    # Each workload's heading names the clock its rows were timed with.
+    assert "MLP 4 x 128, batch 64 x 128  (host clock)" in {heading for heading, _, _ in rows}
     assert len(rows) == 2 * 9
     for (_, _, impl), columns in rows.items():
         if impl == "ddp":  # ran on, step ms, samples/s, ÷ torch DP, ÷ DDP
@@ -200,10 +201,12 @@ def test_rows_of_one_kind_get_every_ratio():
         }
         for impl, ms in (("learn_parallel", 3.0), ("torch_dp", 4.0), ("ddp", 2.0))
     ]
-    report = {"groups": [group], "results": results, "meta": {"hardware": {"label": "2 x H200"}}}
+    meta = {"hardware": {"label": "2 x H200"}, "clock": "host clock, GPUs synchronized"}
+    report = {"groups": [group], "results": results, "meta": meta}
     rows = _table_rows(cli.summary_table(report))
-    assert rows["MLP", 2, "learn_parallel"][-2:] == ["0.75", "1.50"]
-    assert rows["MLP", 2, "ddp"][-2:] == ["0.50", "1.00"]
+    heading = "MLP  (host clock, GPUs synchronized)"
+    assert rows[heading, 2, "learn_parallel"][-2:] == ["0.75", "1.50"]
+    assert rows[heading, 2, "ddp"][-2:] == ["0.50", "1.00"]
     assert cli.UNLIKE not in cli.summary_table(report)
 
 
