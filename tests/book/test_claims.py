@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import _recorded_findings as findings
 import pytest
 from _book import BOOK
 
@@ -69,10 +70,117 @@ def _step_graphs_all_reduce_is_after_backward() -> bool:
     return seen > 0
 
 
+BENCH = "bench.json of the chapters' machine"
+WORKERS = "persistent_workers.json"
 CLAIMS: list[Claim] = [
     # -- intro, devices, source_device, scatter, replicate, gather, glossary
     # -- parallel_apply, data_parallel, distributed, tuple_parallel, options, pitfalls
     # -- performance, ladder, libtorch_replicate, teaching
+    Claim(
+        "performance",
+        "**DDP is the fastest** of the three at every GPU count above one, on both workloads, and\n"
+        "  the only one whose step keeps shrinking as GPUs are added",
+        findings.ddp_fastest_and_alone_in_scaling,
+        BENCH,
+    ),
+    Claim(
+        "performance",
+        "From two GPUs to four, DDP's step shrank and both\n  DataParallels' steps grew",
+        findings.ddp_fastest_and_alone_in_scaling,
+        BENCH,
+    ),
+    Claim(
+        "performance",
+        "**learn_parallel beats torch's DataParallel on ResNet-18**",
+        findings.learn_parallel_beats_torch_on_resnet,
+        BENCH,
+    ),
+    Claim(
+        "performance",
+        "On ResNet-18 learn_parallel is the faster at\n  every GPU count above one",
+        findings.learn_parallel_beats_torch_on_resnet,
+        BENCH,
+    ),
+    Claim(
+        "performance",
+        "except torch's DataParallel on ResNet-18, slower than\n  one GPU at every count",
+        findings.only_torch_resnet_loses_to_one_gpu,
+        BENCH,
+    ),
+    Claim(
+        "performance",
+        "**With `cudnn.benchmark` on, torch's DataParallel multiplies its step**",
+        findings.cudnn_benchmark_multiplies_only_torch,
+        BENCH,
+    ),
+    Claim(
+        "performance",
+        "learn_parallel's and DDP's ratios stay near one",
+        findings.cudnn_benchmark_multiplies_only_torch,
+        BENCH,
+    ),
+    Claim(
+        "performance",
+        "**At the most GPUs recorded, learn_parallel's forward is launch-bound**",
+        findings.launch_bound_at_most_gpus,
+        BENCH + ": its learn_parallel timelines",
+    ),
+    Claim(
+        "performance",
+        "At the most GPUs recorded it is\nnot even shorter than at the count before",
+        findings.launch_bound_at_most_gpus,
+        BENCH + ": its learn_parallel timelines",
+    ),
+    Claim(
+        "performance",
+        "it is a small part of every replicate bar",
+        findings.replicate_bars_mostly_waiting,
+        BENCH + ": the plotted timeline",
+    ),
+    Claim(
+        "performance",
+        "On ResNet-18 the caller's thread was the slower",
+        findings.caller_thread_slower_on_resnet,
+        WORKERS,
+    ),
+    Claim(
+        "performance",
+        "A fresh thread per replica made every workload's step slower than persistent threads",
+        findings.fresh_threads_cost_most_on_resnet_with_benchmark,
+        WORKERS,
+    ),
+    Claim(
+        "performance",
+        "With the recorder on, both workloads' steps are a tie with the bare ones",
+        findings.recorder_ties_bare_step,
+        "recorder_cost.json",
+    ),
+    Claim(
+        "performance",
+        "learn_parallel's persistent workers are faster than a new thread per\n"
+        "replica, torch's `parallel_apply` included",
+        findings.persistent_workers_beat_new_threads,
+        "chapters.json and chapters-repeat.json: worker_overhead",
+    ),
+    Claim(
+        "options",
+        "keeping the feature map scattered was the faster chain at every device\n"
+        "count, and computed exactly the same thing",
+        findings.scattered_chain_faster_and_same,
+        "chain_bench.json",
+    ),
+    Claim(
+        "tuple_parallel",
+        "TupleParallel's step is a tie with DataParallel's at every device count",
+        findings.tuple_parallel_ties_data_parallel,
+        "chapters.json: tuple_vs_data_parallel",
+    ),
+    Claim(
+        "libtorch_replicate",
+        "costs more host time per step than\n  filling shallow copies",
+        findings.clone_costs_more_host_time,
+        "clone.json: replicate_host_ms",
+    ),
     Claim(
         "ladder",
         "it runs after the last device's backward graph has\nended",
@@ -93,6 +201,7 @@ NOT_MEASURED: list[tuple[str, str, str]] = [
     ("teaching", "60 s", "the grader's default --timeout per cell, a setting"),
     ("parallel_apply", "5 ms", "Python's default switch interval, a setting"),
     ("pitfalls", "<map object at 0x...>", "an address in the text torch's gather returns"),
+    ("glossary", "<map object at 0x...>", "an address in the text torch's gather returns"),
 ]
 
 MEASURED = re.compile(

@@ -1,0 +1,219 @@
+"""The findings the chapters state in words, each checked against the recording it reads.
+
+`test_claims.CLAIMS` ties each sentence to one of these functions, so a new recording that
+disagrees fails there instead of leaving the sentence wrong. Verdicts come from
+`learn_parallel.lab.spread.compare`, with the band the chapter's cell uses.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from learn_parallel.lab.spread import compare
+
+WORKLOADS = ("mlp", "conv-cudnn-benchmark-off")  # the benchmark's two, cudnn.benchmark off
+DATA_PARALLELS = ("learn_parallel", "torch_dp")
+
+
+def _recorded():
+    from learn_parallel.lab.chapter import RECORDED_MACHINE
+    from learn_parallel.lab.measure import load_recorded
+
+    return load_recorded(RECORDED_MACHINE)
+
+
+def _each(name: str) -> list[dict]:
+    """Every recording called ``name``, one per machine folder that has it."""
+    from learn_parallel.lab import records
+
+    machines = [m.name for m in records.recorded_root().iterdir() if m.is_dir()]
+    return [r for r in (records.read_json(name, m) for m in machines) if r]
+
+
+def _steps(group: str) -> dict[tuple[str, int], list[float]]:
+    """(implementation, devices) -> every timed step of that benchmark row."""
+    rows = _recorded().bench_results(group)
+    return {
+        (r["implementation"], r["devices"]): r["step_ms_all"] for r in rows if r["status"] == "ok"
+    }
+
+
+def _counts(steps: dict) -> list[int]:
+    return sorted({n for _, n in steps if n > 1})
+
+
+def ddp_fastest_and_alone_in_scaling() -> bool:
+    """DDP beats both DataParallels at every count above one; from each count to the next,
+    DDP's step shrinks and both DataParallels' steps grow."""
+    for group in WORKLOADS:
+        steps, counts = _steps(group), _counts(_steps(group))
+        for n in counts:
+            if any(
+                compare(steps["ddp", n], steps[i, n], "middle") != "faster" for i in DATA_PARALLELS
+            ):
+                return False
+        for before, n in zip(counts, counts[1:]):
+            if compare(steps["ddp", n], steps["ddp", before], "middle") != "faster":
+                return False
+            if any(
+                compare(steps[i, n], steps[i, before], "middle") != "slower" for i in DATA_PARALLELS
+            ):
+                return False
+    return bool(counts)
+
+
+def learn_parallel_beats_torch_on_resnet() -> bool:
+    steps = _steps("conv-cudnn-benchmark-off")
+    counts = _counts(steps)
+    verdicts = [compare(steps["learn_parallel", n], steps["torch_dp", n], "middle") for n in counts]
+    return bool(counts) and set(verdicts) == {"faster"}
+
+
+def only_torch_resnet_loses_to_one_gpu() -> bool:
+    """Every wrapper beats one GPU at every count above one, except torch's DataParallel on
+    ResNet-18, which loses at every count."""
+    checked = 0
+    for group in WORKLOADS:
+        steps = _steps(group)
+        for impl, n in [key for key in steps if key[1] > 1]:
+            verdict = compare(steps[impl, n], steps["single", 1], "middle")
+            loses = group == "conv-cudnn-benchmark-off" and impl == "torch_dp"
+            checked += 1
+            if verdict != ("slower" if loses else "faster"):
+                return False
+    return checked > 0
+
+
+def cudnn_benchmark_multiplies_only_torch() -> bool:
+    """With cudnn.benchmark on, torch's DataParallel's median step is several times its step
+    with it off at every count above one; learn_parallel's and DDP's stay within a quarter."""
+    on, off = _steps("conv-cudnn-benchmark-on"), _steps("conv-cudnn-benchmark-off")
+    for n in _counts(on):
+        ratio = {
+            i: statistics.median(on[i, n]) / statistics.median(off[i, n])
+            for i in ("torch_dp", "learn_parallel", "ddp")
+        }
+        if ratio["torch_dp"] < 3 or not all(
+            0.8 < ratio[i] < 1.25 for i in ("learn_parallel", "ddp")
+        ):
+            return False
+    return bool(_counts(on))
+
+
+def launch_bound_at_most_gpus() -> bool:
+    """At the largest count, the first GPU's forward bar is no faster than at the count before
+    (whole ranges) while the GPU work inside it fell below three quarters of that count's."""
+    recorded, group = _recorded(), "conv-cudnn-benchmark-off"
+    counts = sorted({r["devices"] for r in recorded.bench_results(group)})
+    forwards = {}
+    for n in counts[-2:]:
+        timeline = recorded.bench_timeline(group, "learn_parallel", n)
+        first = next(row for row in timeline.devices() if row != "host")
+        forwards[n] = [r for r in timeline.records if r.device == first and r.phase == "forward"]
+    before, last = (forwards[n] for n in counts[-2:])
+    work = [statistics.median(r.gpu_ms for r in bars) for bars in (before, last)]
+    bars = [[r.duration_ms for r in b] for b in (before, last)]
+    return compare(bars[1], bars[0], "range") != "faster" and work[1] < 0.75 * work[0]
+
+
+def _workers() -> dict[tuple[str, bool, str], list[float]]:
+    (workers,) = _each("persistent_workers.json")
+    return {
+        (r["workload"], r["cudnn_benchmark"], r["runner"]): r["step_ms"] for r in workers["runs"]
+    }
+
+
+def fresh_threads_cost_most_on_resnet_with_benchmark() -> bool:
+    """Fresh threads are slower than persistent ones for every workload and setting, by the
+    largest factor on ResNet-18 with cudnn.benchmark on; only that setting's convolution is
+    above the first-call threshold."""
+    runs = _workers()
+    cases = sorted({(w, b) for w, b, _ in runs})
+    factor = {}
+    for case in cases:
+        fresh, kept = runs[(*case, "fresh threads")], runs[(*case, "persistent threads")]
+        if compare(fresh, kept, "middle") != "slower":
+            return False
+        factor[case] = statistics.median(fresh) / statistics.median(kept)
+    (workers,) = _each("persistent_workers.json")
+    costly = {
+        what
+        for what, r in workers["first_call"].items()
+        if statistics.median(r["first_call_in_new_thread_ms"])
+        > 2 * statistics.median(r["second_call_same_thread_ms"]) + 0.5
+    }
+    return max(factor, key=factor.get) == ("resnet18", True) and costly == {
+        "conv, cudnn.benchmark on"
+    }
+
+
+def caller_thread_slower_on_resnet() -> bool:
+    runs = _workers()
+    caller, kept = (
+        runs["resnet18", False, "caller thread"],
+        runs["resnet18", False, "persistent threads"],
+    )
+    return compare(caller, kept, "middle") == "slower"
+
+
+def recorder_ties_bare_step() -> bool:
+    (cost,) = _each("recorder_cost.json")
+    runs = cost["workloads"].values()
+    verdicts = {compare(r["step_ms"]["recorder"], r["step_ms"]["bare"], "range") for r in runs}
+    return verdicts == {"tie"}
+
+
+def persistent_workers_beat_new_threads() -> bool:
+    """In both recorded runs, learn_parallel's workers are faster than each other runner at
+    every count above one (the ranges of the two runs)."""
+    recorded = _recorded()
+    first, second = recorded.measurement("worker_overhead"), recorded.repeat["worker_overhead"]
+    ours, checked = "persistent workers (learn_parallel)", 0
+    for i, n in enumerate(first.x):
+        if n == "1":
+            continue
+        checked += 1
+        mine = [first.series[ours][i], second.series[ours][i]]
+        for name in first.series:
+            other = [first.series[name][i], second.series[name][i]]
+            if name != ours and compare(mine, other, "range") != "faster":
+                return False
+    return checked > 0
+
+
+def clone_costs_more_host_time() -> bool:
+    found = [ms for clone in _each("clone.json") for ms in clone["replicate_host_ms"].values()]
+    return bool(found) and all(ms["clone"] > ms["broadcast"] for ms in found)
+
+
+def replicate_bars_mostly_waiting() -> bool:
+    """In the performance chapter's plotted step, every GPU row's replicate bar holds GPU
+    work of less than half its length."""
+    recorded, group = _recorded(), "conv-cudnn-benchmark-off"
+    most = max(r["devices"] for r in recorded.bench_results(group))
+    timeline = recorded.bench_timeline(group, "learn_parallel", most)
+    last = timeline.steps()[-1]
+    bars = [
+        r
+        for r in timeline.records
+        if r.step == last and r.device != "host" and r.phase == "replicate"
+    ]
+    return bool(bars) and all(r.gpu_ms is not None and r.gpu_ms < 0.5 * r.duration_ms for r in bars)
+
+
+def scattered_chain_faster_and_same() -> bool:
+    chain = _recorded().chain_bench
+    results = chain["results"] if chain else []
+    return bool(results) and all(
+        compare(r["scattered_steps_ms"], r["regathered_steps_ms"], "middle") == "faster"
+        and r["max_abs_output_difference"] == 0.0
+        for r in results
+    )
+
+
+def tuple_parallel_ties_data_parallel() -> bool:
+    recorded = _recorded().measurements.get("tuple_vs_data_parallel")
+    if recorded is None or not recorded.repeats:
+        return False
+    pairs = zip(recorded.repeats["TupleParallel"], recorded.repeats["DataParallel"])
+    return {compare(tp, dp) for tp, dp in pairs} == {"tie"}
