@@ -24,6 +24,7 @@
 #   trace        Perfetto traces of two ResNet-18 steps (learn_parallel, torch's DataParallel)
 #   profilertax  steps timed after a profiler ran vs in a clean process (book/data/README.md)
 #   notebooks    every chapter executed unchanged, JOBS at a time (needs nbclient, ipykernel)
+# TORCHRUN_ARGS and PROFILERTAX_ARGS add options to those two parts (--counts 4 --repeats 2...).
 # book/data/README.md says which runs made the shipped recordings, and how to record again.
 set -uo pipefail
 out=${1:?usage: record_gpu_runs.sh OUTDIR}
@@ -72,7 +73,7 @@ has workers && run workers 240 python -m experiments.persistent_workers --out "$
 has timeline && run timeline 150 python -m experiments.timeline_check --out "$rec" --devices "$ngpu"
 has recorder && run recorder 150 python -m experiments.recorder_cost --out "$rec" --devices "$ngpu"
 has gatherprobe && run gatherprobe 60 python -m experiments.gather_probe --out "$rec"
-has torchrun && run torchrun 560 python -m experiments.torchrun_times --out "$rec"
+has torchrun && run torchrun 560 python -m experiments.torchrun_times --out "$rec" ${TORCHRUN_ARGS:-}
 has host_time && run host_time 200 python -m experiments.host_time --json
 if has trace; then
   run trace 200 python -m experiments.bench --devices "$ngpu" --workloads conv --cudnn-benchmark off \
@@ -80,7 +81,8 @@ if has trace; then
     --no-gpu-work --no-plots --no-progress --out "$logs/trace" --trace "$logs/trace/trace.json"
   for f in "$logs"/trace/trace-*.json; do [[ -f $f ]] && gzip -c "$f" > "$rec/$(basename "$f").gz"; done
 fi
-has profilertax && run profilertax 400 python -m experiments.profiler_tax --out "$rec" --devices "$ngpu"
+has profilertax && run profilertax 400 python -m experiments.profiler_tax --out "$rec" --devices "$ngpu" \
+  ${PROFILERTAX_ARGS:-}
 if has notebooks; then
   # Each chapter, unchanged, in its own kernel, JOBS at a time; what each printed about its
   # devices goes to notebooks.log (CHAPTERS="a.ipynb b.ipynb" picks some).

@@ -19,6 +19,7 @@ from learn_parallel.lab import measure, records
 SCRIPT = (ROOT / "book" / "data" / "record_gpu_runs.sh").read_text()
 # What each part writes into the machine's folder (the drivers name their files).
 PART_FILES = {
+    "floors": ["floors.json"],
     "measure": ["chapters.json", "chapters-repeat.json"],
     "chain": ["chain_bench.json"],
     "bench": ["bench.json"],
@@ -50,6 +51,7 @@ def _reads(chapter: str) -> set[str]:
     found |= {"bench.json"} if "RECORDED.bench" in code else set()
     found |= {"chapters.json"} if re.search(r"RECORDED\.(measurement|timeline)", code) else set()
     found |= {"chapters-repeat.json"} if "RECORDED.repeat" in code else set()
+    found |= {"floors.json"} if "floors.load(" in code else set()
     return found | ({"trace-"} if '"trace-' in code else set())
 
 
@@ -59,7 +61,7 @@ def test_the_performance_chapters_command_records_all_it_reads():
     (parts,) = re.findall(r'PARTS="([^"]+)" bash book/data/record_gpu_runs.sh', text)
     recorded = {f for part in parts.split() for f in PART_FILES[part]}
     assert _reads("performance") - recorded == set()
-    assert {"bench.json", "clone.json", "trace-"} <= _reads("performance")
+    assert {"bench.json", "clone.json", "floors.json", "trace-"} <= _reads("performance")
 
 
 def _record(folder, name, date="2026-01-01"):
