@@ -120,9 +120,7 @@ class Bubblewrap(Sandbox):
                 env = environment(self, Path(job))
                 argv = self.command([self.python, "-c", code], Path(job), env, Limits())
                 try:
-                    done = subprocess.run(
-                        argv, capture_output=True, text=True, timeout=120, env=env
-                    )
+                    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
                 except (OSError, subprocess.TimeoutExpired) as error:
                     self._problem = f"bubblewrap did not start: {error}"
                 else:
@@ -140,7 +138,9 @@ class Bubblewrap(Sandbox):
         return True
 
     def command(self, argv: list[str], job: Path, env: dict[str, str], limits: Limits) -> list:
-        args = [self.binary, "--unshare-all", "--unshare-user", "--die-with-parent"]
+        # bwrap's own process becomes the sandbox's PID 1, whose /proc/1/environ the job can
+        # read: it starts with an empty environment (env -i), the job's is set below.
+        args = ["env", "-i", self.binary, "--unshare-all", "--unshare-user", "--die-with-parent"]
         args += ["--new-session", "--cap-drop", "ALL", "--clearenv"]
         for path in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"):
             if os.path.islink(path):
@@ -262,9 +262,7 @@ def run(sandbox: Sandbox, job: Path, log: Path, limits: Limits) -> str:
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stopped as a whole
-            # bwrap's own process is the sandbox's PID 1, whose /proc/1/environ the job
-            # can read: it gets the job's environment too. A container's engine runs outside.
-            env=None if isinstance(sandbox, Container) else env,
+            env=env if type(sandbox) is Sandbox else None,
         )
     _running[process] = (sandbox, job)
     try:
