@@ -1,7 +1,7 @@
 """``python -m learn_parallel.classroom``: handouts, grading and the build-it-yourself track.
 
 python -m learn_parallel.classroom handouts OUT        student copies of the chapters
-python -m learn_parallel.classroom grade SUBMISSIONS   run the checks, print the scores
+python -m learn_parallel.classroom grade SUBMISSIONS   run each in a sandbox, print the scores
 python -m learn_parallel.classroom track OUT           the package with tasks to write
 python -m learn_parallel.classroom result RESULTS ID   exit 0 if ID passed (for CI steps)
 """
@@ -73,8 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
         "grade",
         "grade a folder of submitted notebooks",
         "Grade every chapter notebook under SUBMISSIONS: each notebook's cells run in a fresh "
-        "Jupyter kernel, each check's verdict is reached in this process; print a score per "
-        "notebook and the message of every failed check (track copies: one point per task).",
+        "Jupyter kernel in a sandbox of its own, each check's verdict is reached in this "
+        "process; write the results (--json), then print a score per notebook and the message "
+        "of every failed check (track copies: one point per task, by the teacher's tests).",
     )
     grade.add_argument(
         "submissions",

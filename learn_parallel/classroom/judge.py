@@ -6,7 +6,7 @@ The student's code can patch anything in its kernel (``check``, the checks, ``pr
 1. In the kernel (`recorder`), on the student's real answer: each call of the answer (and
    each `observe` probe) is recorded as plain data (`plain`), or as the exception it raised.
    The kernel's verdict can only *fail* an exercise: it is where the spies on *how* an
-   answer works (`tools.forbid`, `tools.Moves`, `tools.spy`) watch the student's code.
+   answer works (`tools.forbid`, `placement.Moves`, `tools.spy`) watch the student's code.
 2. In the grader (`judge`), the same check runs again on *replayed* answers: each call
    returns the next recorded value, and every comparison with the values the check computes
    from the package happens here, where no student code ever ran. The transcript is read

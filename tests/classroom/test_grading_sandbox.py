@@ -147,3 +147,32 @@ def test_track_copies_are_graded_with_the_teachers_tests_on_a_copy(sandbox, tmp_
     }, table(results)
     alive = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
     assert not alive.split(), "a process a task's code started outlived its grading"
+
+
+def test_the_guides_table_names_the_tests_that_try_each_attack_and_the_real_limits():
+    from learn_parallel.classroom.notebooks import read
+
+    guide = "\n".join(c.source for c in read(BOOK / "teaching.ipynb").cells)
+    table = guide[guide.index("### What a student can and cannot do") :]
+    rows = [line for line in table.splitlines() if line.startswith("| ")][2:]
+    assert len(rows) >= 10
+    here = Path(__file__).parent
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip()[1:-1].split("|")]
+        assert len(cells) == 5, row
+        for name in cells[-1].replace("`", "").split(","):
+            if name.strip():
+                assert (here / name.strip()).exists(), row
+    limits = Limits()
+    assert f"(`--notebook-timeout`, {limits.seconds} s)" in guide
+    assert f"(`--memory`, {limits.memory // 2**30} GiB)" in guide
+    assert f"{limits.memory // 2**30} GiB per process" in table
+
+
+def test_the_classroom_files_are_short_and_every_check_module_is_a_chapter():
+    from learn_parallel.classroom import CHAPTERS
+
+    for path in sorted(files.PACKAGE.joinpath("classroom").rglob("*.py")):
+        assert len(path.read_text().splitlines()) <= 300, f"{path.name}: split the file"
+    modules = {p.stem for p in files.PACKAGE.joinpath("classroom", "checks").glob("*.py")}
+    assert modules - {"__init__"} == set(CHAPTERS)
