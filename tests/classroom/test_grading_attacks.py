@@ -66,18 +66,23 @@ payload += "def split_batch(batch, ids):\\n    return []\\n"
 end = time.time() + 20
 while time.time() < end:
     for place in {jupyter_runtime_dir(), tempfile.gettempdir(), os.path.expanduser("~")}:
-        for path in glob.glob(os.path.join(place, "**", "kernel-*.json"), recursive=True):
-            if os.path.realpath(path) != own:
+        for path in glob.glob(os.path.join(place, "**", "*.json"), recursive=True):
+            if os.path.realpath(path) != own and "shell_port" in open(path).read():
                 client = BlockingKernelClient()
                 client.load_connection_file(path)
                 client.start_channels()
-                client.execute(payload)
+                try:
+                    client.execute(payload, reply=True, timeout=10)
+                except Exception:
+                    pass
                 client.stop_channels()
     time.sleep(0.2)
 """
 READS = """
 import glob, os
 loot = []
+def chunk_sizes(rows, devices):
+    raise RuntimeError("LOOT[" + "; ".join(loot) + "]")
 for path in ("BOOK_CHAPTER", "VICTIM_NOTEBOOK"):
     try:
         loot.append(f"{os.path.basename(path)}: {len(open(path).read())} characters")
@@ -87,12 +92,11 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
         if b"GITHUB_TOKEN=" in open(f"/proc/{pid}/environ", "rb").read():
             loot.append(f"the grader's environment through /proc/{pid}")
-        folder = os.readlink(f"/proc/{pid}/cwd")
-        loot += glob.glob(os.path.join(folder, "**", "*victim*"), recursive=True)[:1]
+        if b"learn_parallel.classroom" in open(f"/proc/{pid}/cmdline", "rb").read():
+            folder = os.readlink(f"/proc/{pid}/cwd")  # the grader's: the class is near
+            loot += glob.glob(os.path.join(folder, "*", "*victim*"))[:1]
     except OSError:
         pass
-def chunk_sizes(rows, devices):
-    raise RuntimeError("LOOT[" + "; ".join(loot) + "]")
 """
 KILLS_THE_GRADER = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
 DAEMON = f"""
@@ -142,6 +146,7 @@ def test_no_student_reaches_a_classmate_the_grader_or_the_teachers_files(sandbox
     env = dict(os.environ, HOME=str(tmp_path / "home"), TMPDIR=str(tmp_path / "tmp"))
     env.update(PYTHONPATH=str(package), GITHUB_TOKEN=SECRET)
     (tmp_path / "tmp").mkdir()
+    (tmp_path / "home").mkdir()
     command = [sys.executable, "-m", "learn_parallel.classroom", "grade", str(submissions)]
     command += ["--reference", str(BOOK), "--json", str(results), "--jobs", "2"]
     command += ["--sandbox", sandbox, "--timeout", "60"]

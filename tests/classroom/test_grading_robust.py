@@ -147,6 +147,7 @@ def _grader(folder: Path, tmp: Path, sandbox: str) -> subprocess.Popen:
 def test_a_killed_grader_leaves_nothing_running_and_the_next_run_cleans_up(sandbox, tmp_path):
     tmp, class_folder = tmp_path / "tmp", tmp_path / "class"
     tmp.mkdir()
+    (tmp_path / "home").mkdir()
     marker = f"{tmp_path.name}-still-running"
     sleeper = f"import subprocess\nsubprocess.Popen(['/bin/sh', '-c', 'sleep 600', '{marker}'])\n"
     sleeper += HANGS
