@@ -2,8 +2,8 @@
 
 * handouts: the student copies hold every stub and check cell, no solution code, and no
   text that points at a solution;
-* grading: a folder with a correct, a wrong and an empty submission scores 2, 1 and 0;
-  a hanging and a crashing answer score zero for their exercise only;
+* grading: a folder with a correct, a wrong and an empty submission scores 2, 1 and 0
+  (hangs, crashes and cheats: test_grading_tamper.py and the other test_grading_* files);
 * the track: each task's tests fail when that task is stubbed out and pass on the
   reference package.
 """
@@ -299,27 +299,6 @@ def test_a_sample_class_is_handed_in_solved_half_done_and_untouched(tmp_path):
         assert handed_in.cells[0].cell_type == "code"  # trimmed: the setup cell comes first
     with pytest.raises(ValueError, match="unknown kind 'copied'"):
         hand_in(BOOK, tmp_path, {"dan": "copied"}, CHAPTER)
-
-
-def test_a_hanging_and_a_crashing_answer_score_zero_for_their_exercise_only(tmp_path):
-    solved = _solutions()
-    hang = "def chunk_sizes(rows, devices):\n    while True:\n        pass\n"
-    crash = "import os\n\n\ndef split_batch(batch, ids):\n    os._exit(1)\n"
-    cases = {
-        "hangs": (dict(solved, **{"scatter-sizes": hang}), "scatter-sizes"),
-        "crashes": (dict(solved, **{"scatter-dict": crash}), "scatter-dict"),
-    }
-    for name, (answers, _) in cases.items():
-        handed_in = _submission(answers, keep_only_exercises=True)
-        (tmp_path / name).mkdir()
-        nbformat.write(handed_in, str(tmp_path / name / f"{CHAPTER}.ipynb"))
-    results = grade(tmp_path, reference=BOOK, timeout=10, jobs=2, sandbox=SANDBOX)
-    for name, (_, bad) in cases.items():
-        mine = {r.exercise: r for r in results if Path(r.submission).parent.name == name}
-        assert not mine[bad].passed, name
-        assert all(r.passed for e, r in mine.items() if e != bad), table(results)
-        expected = "Timeout" if name == "hangs" else "kernel died"
-        assert expected in mine[bad].message
 
 
 def test_each_track_task_fails_when_stubbed_and_passes_on_the_reference(tmp_path):

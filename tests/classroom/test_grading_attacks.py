@@ -19,18 +19,27 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
+import uuid
 
 import pytest
 
 pytest.importorskip("nbclient", reason="nbclient is not installed (Jupyter)")
 
-from _grading import BOOK, BOTH, CHAPTER, hand_in, notebook, scores, solutions  # noqa: E402
+from _grading import (  # noqa: E402
+    BOOK,
+    BOTH,
+    CHAPTER,
+    hand_in,
+    notebook,
+    running,
+    scores,
+    solutions,
+)
 
 from learn_parallel.classroom import files  # noqa: E402
 
 SECRET = "grader-secret-7f3a"
-MARKER = "learn-parallel-attack-daemon"
+MARKER = "learn-parallel-attack-daemon"  # + a random suffix per run (tests run in parallel)
 
 # Each attack is a cell placed right after the setup cell (READS: in place of the first stub);
 # the answers stay the stubs.
@@ -99,26 +108,16 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
         pass
 """
 KILLS_THE_GRADER = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
-DAEMON = f"""
+DAEMON = """
 import subprocess
 script = "while [ ! -e RESULTS ]; do sleep 0.5; done; sleep 2; echo [] > RESULTS; sleep 60"
-subprocess.Popen(["/bin/sh", "-c", script, "{MARKER}"], start_new_session=True)
+subprocess.Popen(["/bin/sh", "-c", script, "MARKER"], start_new_session=True)
 """
-
-
-def _daemons() -> list[int]:
-    alive = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if MARKER.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                alive.append(int(pid))
-        except OSError:
-            pass
-    return alive
 
 
 @pytest.mark.parametrize("sandbox", BOTH)
 def test_no_student_reaches_a_classmate_the_grader_or_the_teachers_files(sandbox, tmp_path):
+    marker = f"{MARKER}-{uuid.uuid4().hex}"
     package = tmp_path / "installed"  # the grader's own copy: a planted module stays there
     ignore = shutil.ignore_patterns(files.SHIPPED.name)
     shutil.copytree(files.PACKAGE, package / "learn_parallel", ignore=ignore)
@@ -130,7 +129,7 @@ def test_no_student_reaches_a_classmate_the_grader_or_the_teachers_files(sandbox
         ),
         "d-startup": STARTUP,
         "f-kills-the-grader": KILLS_THE_GRADER,
-        "g-daemon": DAEMON.replace("RESULTS", str(results)),
+        "g-daemon": DAEMON.replace("RESULTS", str(results)).replace("MARKER", marker),
     }
     if sandbox == "bwrap":  # without a sandbox these succeed: the guide's table says so
         attacks["a-kernel-to-kernel"] = KERNEL_TO_KERNEL
@@ -160,10 +159,13 @@ def test_no_student_reaches_a_classmate_the_grader_or_the_teachers_files(sandbox
     reader.join(timeout=5)
     held = reader.is_alive()  # a process the grader started still holds its output
     time.sleep(4)  # a daemon waits for the results file, then 2 s, then rewrites it
-    left = _daemons()
+    left = running(marker)
     for pid in left:
         os.kill(pid, 9)
-    assert status == 0, grader.stderr.read().decode()
+    errors = grader.stderr.read().decode()
+    assert status == 0, errors
+    # The log is the table: the kernels' own output (ipykernel's warnings) stays in the jobs.
+    assert [line for line in errors.splitlines() if not line.startswith("note: ")] == []
     assert not held, "a submission's process kept the grader's output open"
     assert not left, "a submission's process outlived the grader"
     rows = json.loads(results.read_text())

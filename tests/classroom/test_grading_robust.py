@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,16 @@ import pytest
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (Jupyter)")
 pytest.importorskip("nbclient", reason="nbclient is not installed (Jupyter)")
 
-from _grading import BOOK, BOTH, CHAPTER, hand_in, notebook, scores, solutions  # noqa: E402
+from _grading import (  # noqa: E402
+    BOOK,
+    BOTH,
+    CHAPTER,
+    hand_in,
+    notebook,
+    running,
+    scores,
+    solutions,
+)
 
 from learn_parallel.classroom.grade import grade, table  # noqa: E402
 from learn_parallel.classroom.notebooks import CHECK, tags  # noqa: E402
@@ -123,7 +133,7 @@ def test_runaway_cells_cost_only_their_own_notebook(sandbox, tmp_path):
     allocates = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(big)])
     hand_in(tmp_path, {"allocates": allocates, "endless": endless, "ignores": uninterruptible})
     start = time.monotonic()
-    limits = Limits(memory=GiB, seconds=45)
+    limits = Limits(memory=GiB, seconds=60)
     results = grade(tmp_path, BOOK, timeout=10, jobs=3, sandbox=sandbox, limits=limits)
     elapsed = time.monotonic() - start
     messages = {(Path(r.submission).parent.name, r.exercise): r.message for r in results}
@@ -131,9 +141,9 @@ def test_runaway_cells_cost_only_their_own_notebook(sandbox, tmp_path):
     # The grading cells ran after the restart: the answers are missing, not timed out.
     assert "NameError" in messages["ignores", "scatter-sizes"], report
     assert "NameError" in messages["ignores", "scatter-dict"], report
-    assert "ran past its limit of 45 s" in messages["endless", "scatter-sizes"], report
+    assert "ran past its limit of 60 s" in messages["endless", "scatter-sizes"], report
     assert "MemoryError" in messages["allocates", "scatter-sizes"], report
-    assert elapsed < 120, f"{elapsed:.0f} s"
+    assert elapsed < 150, f"{elapsed:.0f} s"
 
 
 def _grader(folder: Path, tmp: Path, sandbox: str) -> subprocess.Popen:
@@ -148,32 +158,22 @@ def test_a_killed_grader_leaves_nothing_running_and_the_next_run_cleans_up(sandb
     tmp, class_folder = tmp_path / "tmp", tmp_path / "class"
     tmp.mkdir()
     (tmp_path / "home").mkdir()
-    marker = f"{tmp_path.name}-still-running"
+    marker = f"still-running-{uuid.uuid4().hex}"  # tests run in parallel: each its own
     sleeper = f"import subprocess\nsubprocess.Popen(['/bin/sh', '-c', 'sleep 600', '{marker}'])\n"
     sleeper += HANGS
     sleeps = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(sleeper)])
     hand_in(class_folder, {"sleeps": sleeps})
     grader = _grader(class_folder, tmp, sandbox)
     deadline = time.monotonic() + 120
-    while not _running(marker) and time.monotonic() < deadline:
+    while not running(marker) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _running(marker), "the submission's cell never started"
+    assert running(marker), "the submission's cell never started"
     grader.send_signal(signal.SIGKILL)
     grader.wait()
     time.sleep(3)
-    assert not _running(marker), "the submission's process outlived the killed grader"
+    assert not running(marker), "the submission's process outlived the killed grader"
     assert [p.name.startswith("learn-parallel-grade-") for p in tmp.iterdir()] == [True]
     (class_folder / "sleeps" / f"{CHAPTER}.ipynb").write_text("{")  # refused: nothing runs
     again = _grader(class_folder, tmp, sandbox)
     assert again.wait(timeout=300) == 0, again.stderr.read().decode()
     assert list(tmp.iterdir()) == [], "the temporary folder keeps what grading made"
-
-
-def _running(marker: str) -> bool:
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return True
-        except OSError:
-            pass
-    return False

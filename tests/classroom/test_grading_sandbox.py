@@ -14,6 +14,7 @@ import json
 import socket
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ import pytest
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (Jupyter)")
 pytest.importorskip("nbclient", reason="nbclient is not installed (Jupyter)")
 
-from _grading import BOOK, BOTH, CHAPTER, hand_in, needs_bwrap, notebook  # noqa: E402
+from _grading import BOOK, BOTH, CHAPTER, hand_in, needs_bwrap, notebook, running  # noqa: E402
 
 from learn_parallel.classroom import files  # noqa: E402
 from learn_parallel.classroom.grade import grade, reference_exercises, table  # noqa: E402
@@ -125,7 +126,7 @@ PASSES = "import pytest\n" + "".join(
 
 @pytest.mark.parametrize("sandbox", BOTH)
 def test_track_copies_are_graded_with_the_teachers_tests_on_a_copy(sandbox, tmp_path):
-    marker = f"{tmp_path.name}-left-behind"
+    marker = f"left-behind-{uuid.uuid4().hex}"  # tests run in parallel: each its own
     handwritten, honest = tmp_path / "handwritten", tmp_path / "keeps-a-child"
     make_track(handwritten)  # every task a stub, and a tests file that passes anyway
     (handwritten / "tests" / "test_tasks.py").write_text(PASSES)
@@ -145,8 +146,7 @@ def test_track_copies_are_graded_with_the_teachers_tests_on_a_copy(sandbox, tmp_
         "handwritten": {t.name: False for t in TASKS},
         "keeps-a-child": {t.name: True for t in TASKS},
     }, table(results)
-    alive = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
-    assert not alive.split(), "a process a task's code started outlived its grading"
+    assert not running(marker), "a process a task's code started outlived its grading"
 
 
 def test_the_guides_table_names_the_tests_that_try_each_attack_and_the_real_limits():
