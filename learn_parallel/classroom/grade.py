@@ -68,14 +68,9 @@ class NoSandbox(RuntimeError):
 
 def _answer_call(ex: Exercise) -> str:
     """The ``check("id", answer...)`` call's arguments after the id, as source."""
-    tree = ast.parse(ex.check)
-    calls = [
-        n
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "check"
-    ]
-    args = calls[-1].args[1:]
-    return ", ".join(ast.get_source_segment(ex.check, a) or "" for a in args)
+    calls = [n for n in ast.walk(ast.parse(ex.check)) if isinstance(n, ast.Call)]
+    calls = [n for n in calls if isinstance(n.func, ast.Name) and n.func.id == "check"]
+    return ", ".join(ast.get_source_segment(ex.check, a) or "" for a in calls[-1].args[1:])
 
 
 def _grading_cell(ex: Exercise, transcript: Path) -> nbformat.NotebookNode:
@@ -241,7 +236,10 @@ def _run_jobs(box, work: list, limits, graded: Graded, jobs: int) -> None:
         done: list[tuple[int, int, list[Result]]] = []
         for future in as_completed(running):
             n, job, at, what = running[future]
-            stopped = future.result()
+            try:
+                stopped = future.result()
+            except Exception as error:  # the sandbox did not start: this job only
+                stopped = f"could not be run ({type(error).__name__}: {error})"
             if len(what) == 3:
                 done.append((at, n, _notebook_results(*what, job, stopped)))
             else:

@@ -1,7 +1,8 @@
 """The sandbox itself, the build-it-yourself track's grading, and grading without a sandbox.
 
-* inside bubblewrap a job sees no other process, none of the teacher's files, no network
-  (not even the host's loopback), no variable of the grader's, and the package read-only;
+* inside bubblewrap a job sees no other process, none of the teacher's files (nor the
+  chapters a wheel carries), no network (not even the host's loopback), no variable of the
+  grader's, and the package read-only;
 * track copies are graded with the teacher's tests on a copy made before any student code
   runs, and a process a task's code leaves behind ends with it;
 * where no sandbox can start, ``grade`` says so in one line and stops, and its help says
@@ -11,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -22,7 +24,7 @@ import pytest
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (Jupyter)")
 pytest.importorskip("nbclient", reason="nbclient is not installed (Jupyter)")
 
-from _grading import BOOK, BOTH, CHAPTER, hand_in, needs_bwrap, notebook, running  # noqa: E402
+from _grading import BOOK, BOTH, CHAPTER, hand_in, needs_bwrap, notebook, running, solutions  # noqa: E402
 
 from learn_parallel.classroom import files  # noqa: E402
 from learn_parallel.classroom.grade import grade, reference_exercises, table  # noqa: E402
@@ -31,7 +33,9 @@ from learn_parallel.classroom.track import TASKS, make_track  # noqa: E402
 
 INSIDE = """
 import json, os, socket, sys
-facts = {"processes": [], "book": os.path.exists(sys.argv[1]), "home": os.environ["HOME"]}
+chapters = sys.argv[1].split(os.pathsep)
+facts = {"processes": [], "chapters": [os.path.exists(p) for p in chapters]}
+facts["home"] = os.environ["HOME"]
 for pid in filter(str.isdigit, os.listdir("/proc")):
     facts["processes"].append(open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace"))
 facts["environ"] = [open(f"/proc/{p}/environ", "rb").read().decode(errors="replace")
@@ -54,13 +58,22 @@ print(json.dumps(facts))
 @needs_bwrap
 def test_inside_the_sandbox_a_job_sees_only_itself(tmp_path, monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", "grader-secret-7f3a")
+    # An installed wheel: the package carries the chapters, solutions included.
+    wheel = tmp_path / "site-packages" / "learn_parallel"
+    shutil.copytree(files.PACKAGE, wheel, ignore=shutil.ignore_patterns("__pycache__"))
+    shipped = wheel / "classroom" / "shipped"
+    (shipped / "book").mkdir(parents=True)
+    shutil.copy(BOOK / f"{CHAPTER}.ipynb", shipped / "book")
+    monkeypatch.setattr(files, "PACKAGE", wheel)
+    monkeypatch.setattr(files, "SHIPPED", shipped)
     box, job = Bubblewrap(), tmp_path / "job"
     job.mkdir()
     with socket.socket() as server:  # a service on the host's loopback
         server.bind(("127.0.0.1", 0))
         server.listen()
         port = server.getsockname()[1]
-        argv = [sys.executable, "-c", INSIDE, str(BOOK), str(files.PACKAGE), str(port)]
+        chapters = f"{BOOK / CHAPTER}.ipynb:{shipped / 'book' / CHAPTER}.ipynb"
+        argv = [sys.executable, "-c", INSIDE, chapters, str(wheel), str(port)]
         command = box.command(argv, job, environment(box, job), Limits())
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -68,7 +81,7 @@ def test_inside_the_sandbox_a_job_sees_only_itself(tmp_path, monkeypatch):
     programs = sorted(p.split("\0")[0] for p in facts["processes"])
     assert programs == sorted([box.binary, sys.executable])  # bwrap's init, and itself
     assert not any("grader-secret" in e for e in facts["environ"])
-    assert facts["book"] is False and facts["home"] == "/tmp/home"
+    assert facts["chapters"] == [False, False] and facts["home"] == "/tmp/home"
     assert facts["package"] == "Read-only file system"
     assert facts["host"] != "connected" and facts["net"] != "connected", facts
 
@@ -176,3 +189,14 @@ def test_the_classroom_files_are_short_and_every_check_module_is_a_chapter():
         assert len(path.read_text().splitlines()) <= 300, f"{path.name}: split the file"
     modules = {p.stem for p in files.PACKAGE.joinpath("classroom", "checks").glob("*.py")}
     assert modules - {"__init__"} == set(CHAPTERS)
+
+
+@pytest.mark.gpu
+@needs_bwrap
+def test_on_a_gpu_machine_the_sandboxed_kernel_sees_the_graders_gpus(tmp_path):
+    """With two or more GPUs the checks run on them: the sandbox passes the GPUs through
+    (``/dev/nvidia*``, ``/sys`` read-only), or the judge would refuse every exercise because
+    the kernel saw other devices than the grader."""
+    hand_in(tmp_path, {"ada": notebook(solutions())})
+    results = grade(tmp_path, BOOK, sandbox="bwrap")
+    assert [r.passed for r in results] == [True, True], table(results)
