@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import pkgutil
 from collections.abc import Callable
 from html import escape
 from typing import Any
@@ -46,6 +45,7 @@ CHAPTERS = (
     "pitfalls",
 )
 
+_LOADED: list[bool] = []  # [True] once every check is imported
 GRADING_ENV = "LEARN_PARALLEL_GRADING"  # "1" while the autograder runs the checks
 
 
@@ -70,10 +70,13 @@ def exercise(exercise_id: str, title: str = "") -> Callable[[Check], Check]:
 
 
 def _load_all() -> None:
-    from learn_parallel.classroom import checks
-
-    for info in pkgutil.iter_modules(checks.__path__):
-        importlib.import_module(f"{checks.__name__}.{info.name}")
+    """Import the check module of every chapter in `CHAPTERS`, once: a module that later
+    appears in ``checks/`` (say, written there by a submission) is never imported."""
+    if _LOADED:
+        return
+    for chapter in CHAPTERS:
+        importlib.import_module(f"learn_parallel.classroom.checks.{chapter}")
+    _LOADED.append(True)
 
 
 def exercises() -> list[str]:

@@ -1,7 +1,7 @@
 """``python -m learn_parallel.classroom``: handouts, grading and the build-it-yourself track.
 
 python -m learn_parallel.classroom handouts OUT        student copies of the chapters
-python -m learn_parallel.classroom grade SUBMISSIONS   run the checks, print the scores
+python -m learn_parallel.classroom grade SUBMISSIONS   run each in a sandbox, print the scores
 python -m learn_parallel.classroom track OUT           the package with tasks to write
 python -m learn_parallel.classroom result RESULTS ID   exit 0 if ID passed (for CI steps)
 """
@@ -14,7 +14,16 @@ import sys
 from pathlib import Path
 
 from learn_parallel.classroom import files
+from learn_parallel.classroom.sandbox import SANDBOXES, Limits
+from learn_parallel.classroom.submissions import printable
 from learn_parallel.classroom.track import TASKS
+
+
+def _bytes(text: str) -> int:
+    """``4G``, ``512M`` or a number of bytes."""
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
+    scale = units.get(text[-1:].upper(), 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
 
 
 def _book() -> Path | None:
@@ -64,8 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
         "grade",
         "grade a folder of submitted notebooks",
         "Grade every chapter notebook under SUBMISSIONS: each notebook's cells run in a fresh "
-        "Jupyter kernel, each check's verdict is reached in this process; print a score per "
-        "notebook and the message of every failed check (track copies: one point per task).",
+        "Jupyter kernel in a sandbox of its own, each check's verdict is reached in this "
+        "process; write the results (--json), then print a score per notebook and the message "
+        "of every failed check (track copies: one point per task, by the teacher's tests).",
     )
     grade.add_argument(
         "submissions",
@@ -77,10 +87,42 @@ def build_parser() -> argparse.ArgumentParser:
         "--reference",
         type=Path,
         default=book,
-        help="folder of reference notebooks whose check cells are used (default: the book; "
-        "without it, each submission's own check cells)",
+        help="folder of reference notebooks: the exercises of a notebook are those of the "
+        "reference chapter of the same name (a notebook named after no chapter is not "
+        "graded), each called as that chapter's check cell calls it (default: the book)",
     )
     grade.add_argument("--timeout", type=int, default=60, help="seconds per cell (default 60)")
+    grade.add_argument(
+        "--notebook-timeout",
+        type=int,
+        default=Limits.seconds,
+        help=f"seconds per notebook and per track copy, all cells together; past it the "
+        f"submission is stopped and its remaining exercises score 0 (default {Limits.seconds})",
+    )
+    grade.add_argument(
+        "--sandbox",
+        choices=SANDBOXES,
+        default="auto",
+        help="where each submission's code runs. auto or bwrap (default): a bubblewrap sandbox "
+        "(Linux, user namespaces): it sees the package read-only, its own copy of the "
+        "submission and private folders, no network, no other process, none of your files. "
+        "docker or podman: a container of --image. none: no sandbox, for where none can "
+        "start: then a student's code runs as you, so it can read your files, your "
+        "environment and other students' notebooks, change the package and your files for "
+        "later runs, reach the network, talk to a classmate's kernel, and leave processes "
+        "running after grading; what it cannot do is still decide a pass, hide another "
+        "submission from grading, or stop the class (the teacher's guide has the table)",
+    )
+    grade.add_argument(
+        "--image", help="with --sandbox docker or podman: an image with Python, torch, nbclient"
+    )
+    grade.add_argument(
+        "--memory",
+        type=_bytes,
+        default=Limits.memory,
+        help="memory per process of a submission (with docker or podman: per container), "
+        "and the size of its private /tmp, e.g. 2G (default 4G)",
+    )
     grade.add_argument(
         "--kernel",
         default="python3",
@@ -144,33 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             print(path)
         return 0
     if args.command == "grade":
-        from learn_parallel.classroom.grade import grade as run_grade
-        from learn_parallel.classroom.grade import table, write_json
-        from learn_parallel.classroom.track import run_task
-
-        if not args.submissions.exists():
-            parser.error(f"{args.submissions} does not exist")
-        results = run_grade(
-            args.submissions, args.reference, args.timeout, args.kernel, max(1, args.jobs)
-        )
-        for folder in sorted({p.parent for p in args.submissions.rglob("test_tasks.py")}):
-            from learn_parallel.classroom.grade import Result
-
-            for task in TASKS:
-                passed, message = run_task(folder.parent, task.name)
-                results.append(Result(str(folder.parent), "track", task.name, passed, message))
-        if not results:
-            parser.error(f"nothing to grade in {args.submissions}: no notebook with exercises")
-        print(table(results))
-        if args.json:
-            write_json(results, args.json)
-        if args.classroom:
-            from learn_parallel.classroom.grade import classroom_results
-
-            with args.classroom.open("a") as outputs:
-                for exercise_id, encoded in classroom_results(results).items():
-                    outputs.write(f"{exercise_id}={encoded}\n")
-        return 0
+        return _grade(parser, args)
     if args.command == "track":
         from learn_parallel.classroom.track import make_track
 
@@ -188,9 +204,78 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.exercise}: not graded")
             return 1
         for r in mine:
-            print(f"{r['exercise']}: {'passed' if r['passed'] else 'FAILED ' + r['message']}")
+            verdict = "passed" if r["passed"] else f"FAILED {r['message']}"
+            print(printable(f"{r['submission']}: {r['exercise']}: {verdict}"))
         return 0 if all(r["passed"] for r in mine) else 1
     return 2  # unreachable: argparse requires a command
+
+
+def _grade(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Grade a class; the results file and Classroom outputs are written before the table
+    is printed."""
+    import os
+    import signal
+
+    from learn_parallel.classroom.grade import (
+        NoSandbox,
+        classroom_results,
+        grade,
+        table,
+        write_json,
+    )
+
+    usage = _subcommand(parser, "grade")
+    if not args.submissions.exists():
+        usage.error(f"{args.submissions} does not exist")
+    if args.reference is None or not args.reference.is_dir():
+        usage.error(f"no reference chapters at {args.reference}; pass --reference PATH/TO/book")
+    inside = args.submissions.resolve()
+    if inside == files.PACKAGE or inside in files.PACKAGE.parents:
+        usage.error(
+            f"learn_parallel was imported from {files.PACKAGE}, inside the submissions: "
+            "run the grader from another folder"
+        )
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up as on Ctrl-C
+    limits = Limits(args.memory, Limits.processes, args.notebook_timeout)
+    if args.sandbox in ("auto", "bwrap") and os.geteuid() == 0:
+        print(
+            "note: run as root, the sandbox gets no process limit (the kernel exempts "
+            "root from RLIMIT_NPROC): grade as an ordinary user",
+            file=sys.stderr,
+        )
+    try:
+        results = grade(
+            args.submissions,
+            args.reference,
+            args.timeout,
+            args.kernel,
+            args.jobs,
+            sandbox=_sandbox(args),
+            limits=limits,
+        )
+    except NoSandbox as error:
+        print(
+            f"grade: no sandbox can start here ({error}); grade with --sandbox none "
+            "to grade without one (see --help for what a student can then do)",
+            file=sys.stderr,
+        )
+        return 2
+    if not results and not results.ignored:
+        usage.error(f"nothing to grade in {args.submissions}: no chapter notebook, no track")
+    if args.json:
+        write_json(results, args.json)
+    if args.classroom:
+        with args.classroom.open("a") as outputs:
+            for exercise_id, encoded in classroom_results(results).items():
+                outputs.write(f"{exercise_id}={encoded}\n")
+    print(table(results))
+    return 0
+
+
+def _sandbox(args: argparse.Namespace):
+    from learn_parallel.classroom.sandbox import choose
+
+    return choose(args.sandbox, args.image)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,16 @@
-"""The autograder: the student's code runs in a kernel, the verdict is reached here.
+"""The autograder: each submission's code runs in its sandbox, every verdict is reached here.
 
-For each submitted chapter notebook, the grader runs the student's cells (without their
-check and solution cells) in a fresh Jupyter kernel (nbclient), in an empty temporary
-folder, then one grading cell per exercise that calls the answer named in the *reference*
-check cell (``--reference``, the book by default). That cell runs the check in the kernel
-and records what the answer returned (`judge.recorder`); the grader then runs the same
-check itself on the recorded values (`judge.judge`). Nothing the kernel prints or patches
-decides a pass: not ``check``, not ``print``, not ``torch.equal``.
-
-Every cell has a time limit: a cell that runs over is interrupted, and a kernel that dies
-is restarted without the cell that killed it, so one hanging or crashing answer costs only
-its own exercise. Checks see ``LEARN_PARALLEL_GRADING=1`` and may add hidden cases.
+`grade` reads every submission (`submissions`) and loads every check from the installed
+package before anything runs. Then, per chapter notebook, a job (`runner`, in the `sandbox`)
+runs the student's cells (without their check and solution cells) in a fresh Jupyter kernel,
+then one grading cell per exercise of the *reference* chapter (``--reference``, the book by
+default; each exercise once) that calls the answer its check cell names. That cell runs the
+check in the kernel and records what the answer returned (`judge.recorder`); the grader runs
+the same check here on the recorded values (`judge.judge`): nothing the kernel prints or
+patches decides a pass. A track copy is graded by the teacher's tests of each task. Each
+cell and each job has a time limit, and whatever goes wrong (a malformed file, a crash, a
+timeout) costs only its own submission. Checks see ``LEARN_PARALLEL_GRADING=1`` and may add
+hidden cases.
 """
 
 from __future__ import annotations
@@ -19,23 +19,30 @@ import ast
 import base64
 import json
 import os
+import shutil
 import tempfile
-import textwrap
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
-from nbclient.exceptions import DeadKernelError
 
-from learn_parallel.classroom import GRADING_ENV, _load_all
+from learn_parallel.classroom import _CHECKS, _load_all, files
+from learn_parallel.classroom import sandbox as sandboxes
 from learn_parallel.classroom.judge import judge
 from learn_parallel.classroom.notebooks import CHECK, SOLUTION, Exercise, exercises, tags
+from learn_parallel.classroom.submissions import (
+    Refused,
+    copy_track,
+    find,
+    printable,
+    read_notebook,
+    read_regular,
+)
+from learn_parallel.classroom.track import TASKS, write_tests
 
 GRADING_TAG = "grading-check"
-# Kept from the kernels: where CI steps read results and tokens (GitHub Actions' files).
-_HIDDEN_ENV = ("GITHUB_OUTPUT", "GITHUB_ENV", "GITHUB_PATH", "GITHUB_STEP_SUMMARY", "GITHUB_TOKEN")
+_RUN_PREFIX = "learn-parallel-grade-"  # + the grader's process id: see `_run_folder`
 
 
 @dataclass
@@ -47,16 +54,23 @@ class Result:
     message: str = ""
 
 
+class Graded(list):
+    """The results, and a line for every notebook that was not graded (not a chapter)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ignored: list[str] = []
+
+
+class NoSandbox(RuntimeError):
+    """The sandbox asked for cannot start here."""
+
+
 def _answer_call(ex: Exercise) -> str:
     """The ``check("id", answer...)`` call's arguments after the id, as source."""
-    tree = ast.parse(ex.check)
-    calls = [
-        n
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "check"
-    ]
-    args = calls[-1].args[1:]
-    return ", ".join(ast.get_source_segment(ex.check, a) or "" for a in args)
+    calls = [n for n in ast.walk(ast.parse(ex.check)) if isinstance(n, ast.Call)]
+    calls = [n for n in calls if isinstance(n.func, ast.Name) and n.func.id == "check"]
+    return ", ".join(ast.get_source_segment(ex.check, a) or "" for a in calls[-1].args[1:])
 
 
 def _grading_cell(ex: Exercise, transcript: Path) -> nbformat.NotebookNode:
@@ -66,129 +80,91 @@ def _grading_cell(ex: Exercise, transcript: Path) -> nbformat.NotebookNode:
     )
     cell = nbformat.v4.new_code_cell(source)
     cell.metadata["tags"] = [GRADING_TAG]
-    cell.metadata["exercise"] = ex.id
     return cell
 
 
-def _error(cell: nbformat.NotebookNode, timeout: int) -> str:
-    for output in cell.get("outputs", []):
-        if output.output_type == "error":
-            if output.ename in ("KeyboardInterrupt", "Timeout"):  # interrupted at the limit
-                return f"Timeout: the check ran for more than {timeout} s"
-            return f"{output.ename}: {output.evalue}".strip()
-    return "the check did not run"
+def reference_exercises(reference: Path, chapter: str) -> list[Exercise]:
+    """The reference chapter's exercises with a registered check, each once (none if the
+    chapter is not in the reference, or its notebook cannot be read)."""
+    _load_all()
+    try:
+        found = exercises(read_notebook(reference / f"{chapter}.ipynb"))
+    except (Refused, ValueError, SyntaxError):
+        return []
+    seen: set[str] = set()
+    kept = [e for e in found if e.id in _CHECKS and not (e.id in seen or seen.add(e.id))]
+    return kept
 
 
-def _kernel_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _HIDDEN_ENV}
-    env[GRADING_ENV] = "1"  # checks add hidden cases
-    return env
+def _run_folder() -> Path:
+    """A private folder for this run's jobs. Folders a killed grader left (its process
+    id is in the name, and no such process runs) are removed first."""
+    for old in Path(tempfile.gettempdir()).glob(f"{_RUN_PREFIX}*"):
+        pid = old.name[len(_RUN_PREFIX) :].partition("-")[0]
+        if not pid.isdigit() or old.is_symlink() or old.stat().st_uid != os.getuid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(old, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, another user's
+    return Path(tempfile.mkdtemp(prefix=f"{_RUN_PREFIX}{os.getpid()}-"))
 
 
-def _encrypted_channel() -> None:
-    """Kernels on an encrypted channel where pyzmq can (as book/_ext/kernel_encryption.py
-    does for the book build), so ipykernel has no unencrypted-TCP warning to print."""
-    import zmq
-    from jupyter_client.manager import KernelManager
-
-    trait = KernelManager.class_traits().get("transport_encryption")
-    if trait is not None and zmq.has("curve"):
-        trait.default_value = "auto"
+def _spec(kind: str, box: sandboxes.Sandbox, limits: sandboxes.Limits, **fields) -> str:
+    processes = limits.processes if box.applies_process_limit() else None
+    job_limits = {"memory": limits.memory, "processes": processes}
+    return json.dumps({"kind": kind, "limits": job_limits, **fields})
 
 
-def _client(notebook, workdir: Path, timeout: int, kernel_name: str) -> NotebookClient:
-    return NotebookClient(
-        notebook,
-        timeout=timeout,
-        allow_errors=True,
-        interrupt_on_timeout=True,
-        error_on_timeout={
-            "ename": "Timeout",
-            "evalue": f"the cell ran for more than {timeout} s and was interrupted",
-            "traceback": [],
-        },
-        kernel_name=kernel_name,
-        resources={"metadata": {"path": str(workdir)}},
-    )
+def _notebook_job(job: Path, notebook, to_grade, timeout: int, kernel: str, box, limits) -> None:
+    student = [
+        nbformat.v4.new_code_cell(c.source)
+        for c in notebook.cells
+        if c.cell_type == "code" and not {CHECK, SOLUTION, GRADING_TAG} & set(tags(c))
+    ]
+    (job / "out").mkdir(parents=True)
+    grading = [_grading_cell(ex, job / "out" / f"{n}.pt") for n, ex in enumerate(to_grade)]
+    nbformat.write(nbformat.v4.new_notebook(cells=student + grading), str(job / "cells.ipynb"))
+    fields = {"student_cells": len(student), "timeout": timeout, "kernel": kernel}
+    (job / "job.json").write_text(_spec("notebook", box, limits, **fields))
 
 
-def grade_notebook(
-    path: Path,
-    reference: list[Exercise] | None = None,
-    timeout: int = 60,
-    kernel_name: str = "python3",
-    notebook: nbformat.NotebookNode | None = None,
-) -> list[Result]:
-    """Grade one submitted notebook; ``reference`` gives the exercises and their checks
-    (by default, the check cells of the submission itself)."""
-    _load_all()  # the checks are imported here before any student code runs
-    _encrypted_channel()
-    submission = notebook or nbformat.read(str(path), as_version=4)
-    chapter = path.stem
-    to_grade = reference if reference is not None else exercises(submission)
-    student = [c for c in submission.cells if not {CHECK, SOLUTION, GRADING_TAG} & set(tags(c))]
-    results: dict[str, Result] = {}
-    skipped: set[int] = set()  # student cells that killed the kernel: left out on restart
-    with tempfile.TemporaryDirectory(prefix="grade-") as scratch:
-        while True:
-            remaining = [ex for ex in to_grade if ex.id not in results]
-            died = _run(
-                path, chapter, student, skipped, remaining, results, scratch, timeout, kernel_name
-            )
-            if died is None:
-                break
-            if died >= 0:
-                skipped.add(died)
-    return [results[ex.id] for ex in to_grade]
+def _read_json(path: Path) -> dict:
+    """A JSON object the job wrote (untrusted: read as data, at most 1 MiB), or {}."""
+    try:
+        data = json.loads(read_regular(path, 2**20))
+    except (Refused, ValueError, RecursionError):
+        return {}
+    return data if type(data) is dict else {}
 
 
-def _run(path, chapter, student, skipped, remaining, results, scratch, timeout, kernel_name):
-    """One kernel's run; the index of the student cell the kernel died in, if it did."""
-    workdir = Path(tempfile.mkdtemp(dir=scratch))  # the student's code runs here
-    transcripts = Path(tempfile.mkdtemp(dir=scratch))
-    cells = [nbformat.from_dict(c) for i, c in enumerate(student) if i not in skipped]
-    indices = [i for i in range(len(student)) if i not in skipped]
-    grading = [_grading_cell(ex, transcripts / f"{n}.pt") for n, ex in enumerate(remaining)]
-    notebook = nbformat.v4.new_notebook(cells=cells + grading)
-    client = _client(notebook, workdir, timeout, kernel_name)
-    with client.setup_kernel(env=_kernel_env()):
-        for index, cell in enumerate(notebook.cells):
-            if cell.cell_type != "code":
-                continue
-            try:
-                client.execute_cell(cell, index)
-            except DeadKernelError:
-                if index < len(cells):
-                    return indices[index]
-                ex = remaining[index - len(cells)]
-                message = "the kernel died in the check"
-                results[ex.id] = Result(str(path), chapter, ex.id, False, message)
-                return -1  # not a student cell: restart and grade the others
-            if index < len(cells):
-                cell.outputs = [o for o in cell.outputs if o.output_type == "error"]
-                continue
-            ex = remaining[index - len(cells)]
-            transcript = transcripts / f"{index - len(cells)}.pt"
-            if transcript.exists():
-                passed, message = judge(ex.id, transcript)
-            else:
-                passed, message = False, _error(cell, timeout)
-            results[ex.id] = Result(str(path), chapter, ex.id, passed, message)
-    return None
+def _notebook_results(name, chapter, to_grade, job: Path, stopped: str) -> list[Result]:
+    messages = _read_json(job / "out" / "messages.json")
+    rows = []
+    for n, ex in enumerate(to_grade):
+        transcript = job / "out" / f"{n}.pt"
+        if os.path.lexists(transcript):
+            passed, message = judge(ex.id, transcript)
+        elif type(messages.get(str(n))) is str:
+            passed, message = False, messages[str(n)]
+        else:
+            passed, message = False, f"the notebook {stopped or 'ended before this check ran'}"
+        rows.append(Result(name, chapter, ex.id, passed, printable(message)))
+    return rows
 
 
-def reference_exercises(reference: Path | None, chapter: str) -> list[Exercise] | None:
-    if reference is None:
-        return None
-    notebook = reference / f"{chapter}.ipynb"
-    if not notebook.exists():
-        return None
-    return exercises(nbformat.read(str(notebook), as_version=4))
-
-
-def _grade_one(job: tuple) -> list[Result]:
-    path, notebook, ref, timeout, kernel_name = job
-    return grade_notebook(path, ref, timeout, kernel_name, notebook)
+def _track_results(name: str, job: Path, stopped: str) -> list[Result]:
+    tasks = _read_json(job / "out" / "tasks.json")
+    rows = []
+    for task in TASKS:
+        entry = tasks.get(task.name)
+        passed = type(entry) is dict and entry.get("passed") is True
+        summary = entry.get("summary") if type(entry) is dict else None
+        message = "" if passed else summary or f"the tests {stopped or 'did not run'}"
+        rows.append(Result(name, "track", task.name, passed, printable(message)))
+    return rows
 
 
 def grade(
@@ -197,54 +173,111 @@ def grade(
     timeout: int = 60,
     kernel_name: str = "python3",
     jobs: int = 1,
-) -> list[Result]:
-    """Grade every notebook under ``submissions`` (any depth) that has exercises, ``jobs``
-    notebooks at a time. Every notebook is read before any student code runs."""
-    work = []
-    for path in sorted(Path(submissions).rglob("*.ipynb")):
-        if ".ipynb_checkpoints" in path.parts:
-            continue
-        notebook = nbformat.read(str(path), as_version=4)
-        ref = reference_exercises(reference, path.stem)
-        if ref is None and not exercises(notebook):
-            continue
-        work.append((path, notebook, ref, timeout, kernel_name))
-    previous = os.environ.get(GRADING_ENV)
-    os.environ[GRADING_ENV] = "1"  # the judge's checks add the same hidden cases
+    sandbox: str | sandboxes.Sandbox = "auto",
+    limits: sandboxes.Limits | None = None,
+) -> Graded:
+    """Grade every chapter notebook and track copy under ``submissions`` (any depth) against
+    the ``reference`` chapters (the book by default), ``jobs`` at a time, each job in
+    ``sandbox`` (a `sandbox.SANDBOXES` name, or a `sandbox.Sandbox`)."""
+    box = sandboxes.choose(sandbox) if isinstance(sandbox, str) else sandbox
+    problem = box.problem()
+    if problem:
+        raise NoSandbox(f"{box.name}: {problem}")
+    limits = limits or sandboxes.Limits()
+    _load_all()  # every check, from the installed package, before any student code runs
+    reference = Path(reference) if reference is not None else files.book()
+    found = find(Path(submissions))
+    graded, run, work = Graded(), _run_folder(), []
+    chapters: dict[str, list[Exercise]] = {}
     try:
-        if jobs > 1 and len(work) > 1:
-            with ProcessPoolExecutor(jobs) as pool:
-                return [r for rows in pool.map(_grade_one, work) for r in rows]
-        return [r for job in work for r in _grade_one(job)]
+        for path, notebook in found.notebooks:
+            name = printable(path)
+            if path.stem not in chapters:
+                chapters[path.stem] = reference_exercises(reference, path.stem)
+            to_grade = chapters[path.stem]
+            if not to_grade:
+                graded.ignored.append(f"{name}: not a chapter of the reference, not graded")
+                continue
+            if isinstance(notebook, Refused):
+                reason = printable(f"not graded: {notebook}")
+                graded.extend(Result(name, path.stem, e.id, False, reason) for e in to_grade)
+                continue
+            job = run / str(len(work)) / "job"
+            _notebook_job(job, notebook, to_grade, timeout, kernel_name, box, limits)
+            work.append((job, len(graded), (name, path.stem, to_grade)))
+        for folder in found.tracks:
+            name, job = printable(folder), run / str(len(work)) / "job"
+            try:
+                copy_track(folder, job)
+            except Refused as refusal:
+                graded.extend(Result(name, "track", t.name, False, str(refusal)) for t in TASKS)
+                continue
+            write_tests(job)  # the teacher's tests and settings, never the student's
+            (job / "out").mkdir()
+            # pytest's own limit comes first, so the job can still say which tasks passed
+            fields = {"tasks": [t.name for t in TASKS], "timeout": max(1, limits.seconds - 15)}
+            (job / "job.json").write_text(_spec("tests", box, limits, **fields))
+            work.append((job, len(graded), (name,)))
+        _run_jobs(box, work, limits, graded, max(1, jobs))
     finally:
-        if previous is None:
-            os.environ.pop(GRADING_ENV, None)
-        else:
-            os.environ[GRADING_ENV] = previous
+        shutil.rmtree(run, ignore_errors=True)
+    return graded
+
+
+def _run_jobs(box, work: list, limits, graded: Graded, jobs: int) -> None:
+    """Run every job, ``jobs`` at a time, and judge each one here as it ends (one thread
+    judges: the checks' replay state is per process)."""
+    pool = ThreadPoolExecutor(jobs)
+    try:
+        running = {
+            pool.submit(sandboxes.run, box, job, job.parent / "log", limits): (n, job, at, what)
+            for n, (job, at, what) in enumerate(work)
+        }
+        done: list[tuple[int, int, list[Result]]] = []
+        for future in as_completed(running):
+            n, job, at, what = running[future]
+            try:
+                stopped = future.result()
+            except Exception as error:  # the sandbox did not start: this job only
+                stopped = f"could not be run ({type(error).__name__}: {error})"
+            if len(what) == 3:
+                done.append((at, n, _notebook_results(*what, job, stopped)))
+            else:
+                done.append((at, n, _track_results(what[0], job, stopped)))
+        for at, _, rows in sorted(done, key=lambda entry: entry[:2], reverse=True):
+            graded[at:at] = rows  # in the order the submissions were found
+    finally:
+        sandboxes.stop_all()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def table(results: list[Result]) -> str:
-    """A score per submission, and the check's message for every failed exercise."""
+    """A score per submission, the check's message for every failed exercise, and the
+    notebooks that were not graded."""
     lines = []
     by_submission: dict[str, list[Result]] = {}
     for result in results:
-        by_submission.setdefault(result.submission, []).append(result)
+        by_submission.setdefault(printable(result.submission), []).append(result)
     width = max((len(s) for s in by_submission), default=10)
     lines.append(f"{'submission':<{width}}  {'chapter':<16} score")
     for submission, rows in by_submission.items():
         score = sum(r.passed for r in rows)
-        lines.append(f"{submission:<{width}}  {rows[0].chapter:<16} {score}/{len(rows)}")
+        lines.append(f"{submission:<{width}}  {printable(rows[0].chapter):<16} {score}/{len(rows)}")
         for r in rows:
             if not r.passed:
-                message = textwrap.shorten(r.message, 300, placeholder=" ...")
-                lines.append(f"    FAILED {r.exercise}: {message}")
+                lines.append(f"    FAILED {printable(r.exercise)}: {printable(r.message, 300)}")
     total = sum(r.passed for r in results)
     lines.append(f"total: {total}/{len(results)} passed")
+    lines += [printable(line) for line in getattr(results, "ignored", [])]
     return "\n".join(lines)
 
 
 def write_json(results: list[Result], path: Path) -> None:
-    path.write_text(json.dumps([asdict(r) for r in results], indent=1))
+    """Write the results to ``path`` at once (a reader sees the old file or the new one)."""
+    path = Path(path)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".partial") as f:
+        json.dump([asdict(r) for r in results], f, indent=1)
+    os.replace(f.name, path)
 
 
 def classroom_results(results: list[Result]) -> dict[str, str]:

@@ -33,7 +33,8 @@ checks outside your notebook's kernel, on the values your functions return.
 
 Without GPUs the chapters run on simulated devices on the CPU. Every push is graded by
 `.github/workflows/autograde.yml`: one point per exercise whose check passes. To see the
-same table yourself: `python -m learn_parallel.classroom grade . --reference .`
+same table yourself: `python -m learn_parallel.classroom grade . --reference . --sandbox none`
+(your own code, on your own machine: no sandbox needed)
 """
 
 

@@ -6,7 +6,7 @@ The student's code can patch anything in its kernel (``check``, the checks, ``pr
 1. In the kernel (`recorder`), on the student's real answer: each call of the answer (and
    each `observe` probe) is recorded as plain data (`plain`), or as the exception it raised.
    The kernel's verdict can only *fail* an exercise: it is where the spies on *how* an
-   answer works (`tools.forbid`, `tools.Moves`, `tools.spy`) watch the student's code.
+   answer works (`tools.forbid`, `placement.Moves`, `tools.spy`) watch the student's code.
 2. In the grader (`judge`), the same check runs again on *replayed* answers: each call
    returns the next recorded value, and every comparison with the values the check computes
    from the package happens here, where no student code ever ran. The transcript is read
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import io
 import os
 import random
 import threading
@@ -30,6 +31,7 @@ from torch import nn
 
 from learn_parallel.classroom.plain import UngradableAnswer, decode, encode
 from learn_parallel.classroom.role import JUDGE, KERNEL, acting_as, role
+from learn_parallel.classroom.submissions import Refused, read_regular
 from learn_parallel.classroom.tools import ForbiddenCall, machine
 
 
@@ -40,6 +42,7 @@ class _State:  # one per process (answers may run in threads): the transcript in
 
 _state = _State()
 _MAX_OUTCOMES = 100_000  # a transcript longer than any check's: an answer that loops
+MAX_TRANSCRIPT_BYTES = 256 * 2**20
 
 
 # --------------------------------------------------------------------------
@@ -64,8 +67,11 @@ def _record(outcomes: list, function: Callable, args: tuple, kwargs: dict) -> An
     try:
         result = function(*args, **kwargs)
     except Exception as error:
+        from learn_parallel.classroom import _where
+
+        entry = {"raised": type(error).__name__, "message": str(error), "where": _where(error)}
         with _lock:
-            outcomes.append({"raised": type(error).__name__, "message": str(error)})
+            outcomes.append(entry)
         raise
     try:
         entry = {"value": encode(result)}
@@ -157,7 +163,9 @@ class _Replay:
         if type(entry) is not dict:
             raise UngradableAnswer("the transcript is not one the grader wrote")
         if "raised" in entry:
-            raise _exception(str(entry["raised"]), str(entry.get("message", "")))
+            error = _exception(str(entry["raised"]), str(entry.get("message", "")))
+            error.where = str(entry.get("where") or "")  # the student's line, as they saw it
+            raise error
         return decode(entry["value"])
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -188,7 +196,8 @@ def judge(exercise_id: str, path: str | Path) -> tuple[bool, str]:
 
     _load_all()
     try:
-        transcript = torch.load(str(path), weights_only=True)
+        data = read_regular(Path(path), MAX_TRANSCRIPT_BYTES)  # a regular file, not a link
+        transcript = torch.load(io.BytesIO(data), weights_only=True)
         outcomes = transcript["outcomes"]
         replay = _Replay(outcomes if type(outcomes) is list else [])
         args = []
@@ -202,6 +211,8 @@ def judge(exercise_id: str, path: str | Path) -> tuple[bool, str]:
             else:
                 args.append(_Opaque())
         kernel, devices = transcript.get("kernel"), transcript.get("devices")
+    except Refused as refusal:
+        return False, f"no answer could be read back from the kernel: the transcript is {refusal}"
     except Exception as error:  # a missing, truncated or forged transcript
         return False, f"no answer could be read back from the kernel ({type(error).__name__})"
     if devices != _devices_here():  # the cases depend on the devices: both runs need the same
@@ -217,7 +228,8 @@ def judge(exercise_id: str, path: str | Path) -> tuple[bool, str]:
         with acting_as(JUDGE), _quiet():
             _CHECKS[exercise_id](*args)
     except Exception as failure:
-        return False, check_message(exercise_id, failure)
+        where = getattr(failure, "where", "")
+        return False, check_message(exercise_id, failure) + (f" ({where})" if where else "")
     finally:
         _state.replay = None
         if previous is None:

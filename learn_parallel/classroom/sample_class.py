@@ -2,9 +2,9 @@
 
 `hand_in` writes one submission per student from the chapter's student copy: solved, half
 done (the first exercise solved) or untouched; `grade_timed` grades them with the command a
-teacher types and times it. ``python -m learn_parallel.classroom.sample_class
-OUT.json`` records one such run with the machine it ran on, which the teaching chapter
-prints beside the run it makes itself.
+teacher types (in bubblewrap where it starts) and times it.
+``python -m learn_parallel.classroom.sample_class OUT.json`` records one such run with the
+machine it ran on, which the teaching chapter prints beside the run it makes itself.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import nbformat
 from learn_parallel.classroom import files
 from learn_parallel.classroom.handouts import student_copy
 from learn_parallel.classroom.notebooks import CHECK, STUB, exercises, tags
+from learn_parallel.classroom.sandbox import Bubblewrap
 
 KINDS = ("solved", "half-done", "untouched")  # scores 2, 1 and 0 on a two-exercise chapter
 
@@ -55,25 +56,41 @@ def hand_in(
     return written
 
 
-def grade_timed(submissions: Path, jobs: int = 2) -> dict:
-    """Run ``python -m learn_parallel.classroom grade SUBMISSIONS --jobs N``; its wall time,
-    each submission's score and the printed table."""
-    results = Path(tempfile.mkdtemp()) / "results.json"
-    command = ["grade", submissions.name, "--jobs", str(jobs), "--json", str(results)]
-    start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "learn_parallel.classroom", *command],
-        cwd=submissions.parent,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    seconds = time.perf_counter() - start
+def sandbox_here() -> tuple[str, str]:
+    """The sandbox grading uses on this machine: ``("bwrap", "")`` where bubblewrap starts,
+    else ``("none", why not)``."""
+    problem = Bubblewrap().problem()
+    return ("none", problem) if problem else ("bwrap", "")
+
+
+def grade_timed(submissions: Path, jobs: int = 2, sandbox: str | None = None) -> dict:
+    """Run ``python -m learn_parallel.classroom grade SUBMISSIONS --jobs N --sandbox S``
+    (``S``: bubblewrap where it starts, else none); its wall time, the sandbox, each
+    submission's score and the printed table."""
+    sandbox = sandbox or sandbox_here()[0]
+    with tempfile.TemporaryDirectory() as folder:
+        results = Path(folder) / "results.json"
+        command = ["grade", submissions.name, "--jobs", str(jobs), "--json", str(results)]
+        start = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "learn_parallel.classroom", *command, "--sandbox", sandbox],
+            cwd=submissions.parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        seconds = time.perf_counter() - start
+        rows = json.loads(results.read_text())
     scores: dict[str, int] = {}
-    for row in json.loads(results.read_text()):
+    for row in rows:
         student = Path(row["submission"]).parent.name
         scores[student] = scores.get(student, 0) + row["passed"]
-    return {"seconds": round(seconds, 1), "scores": scores, "table": done.stdout}
+    return {
+        "seconds": round(seconds, 1),
+        "sandbox": sandbox,
+        "scores": scores,
+        "table": done.stdout,
+    }
 
 
 def _cpu() -> str:
@@ -89,11 +106,12 @@ def record(out: Path, students: int, jobs: int, chapter: str = "scatter") -> dic
     the scores and the machine (CPU, cores, load average before and after) to ``out``."""
     import torch
 
-    folder = Path(tempfile.mkdtemp()) / "submissions"
     names = {f"student-{n + 1:02d}": KINDS[n % len(KINDS)] for n in range(students)}
-    hand_in(files.book(), folder, names, chapter)
-    load_before = os.getloadavg()
-    graded = grade_timed(folder, jobs)
+    with tempfile.TemporaryDirectory() as work:
+        folder = Path(work) / "submissions"
+        hand_in(files.book(), folder, names, chapter)
+        load_before = os.getloadavg()
+        graded = grade_timed(folder, jobs)
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=files.PACKAGE, capture_output=True, text=True
     ).stdout.strip()
@@ -106,6 +124,7 @@ def record(out: Path, students: int, jobs: int, chapter: str = "scatter") -> dic
         "students": students,
         "jobs": jobs,
         "seconds": graded["seconds"],
+        "sandbox": graded["sandbox"],
         "scores": graded["scores"],
         "machine": {
             "cpu": _cpu(),

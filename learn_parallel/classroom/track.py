@@ -12,10 +12,13 @@ task is done). The teaching chapter (``book/teaching.ipynb``) makes a track copy
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +107,7 @@ def make_track(out: Path, tasks: list[str] | None = None) -> list[Task]:
     if tasks is not None and len(chosen) != len(set(tasks)):
         unknown = sorted(set(tasks) - {t.name for t in TASKS})
         raise ValueError(f"Unknown tasks {unknown}; choose from {[t.name for t in TASKS]}.")
-    task_tests = files.track_tests()  # first: outside a clone it may be missing
+    files.track_tests()  # first: outside a clone it may be missing
     out.mkdir(parents=True, exist_ok=True)
     target = out / "learn_parallel"
     ignore = shutil.ignore_patterns("__pycache__", files.SHIPPED.name)
@@ -112,17 +115,7 @@ def make_track(out: Path, tasks: list[str] | None = None) -> list[Task]:
     for task in chosen:
         path = target / task.module
         path.write_text(stub_source(path.read_text(), task))
-    (out / "tests").mkdir(exist_ok=True)
-    shutil.copy(task_tests, out / "tests" / "test_tasks.py")
-    markers = "\n".join(f"    {t.name}: {t.hint}" for t in TASKS)
-    (out / "pytest.ini").write_text(
-        "[pytest]\n"
-        "# The package in this folder (with your code) comes before any installed copy.\n"
-        "pythonpath = .\n"
-        "testpaths = tests\n"
-        "addopts = -q --strict-markers\n"
-        f"markers =\n{markers}\n"
-    )
+    write_tests(out)
     lines = [
         f"- `{t.name}`: `{t.qualname}` in `learn_parallel/{t.module}`: {t.hint}." for t in chosen
     ]
@@ -136,18 +129,48 @@ def make_track(out: Path, tasks: list[str] | None = None) -> list[Task]:
     return chosen
 
 
+def write_tests(out: Path) -> None:
+    """The teacher's task tests and pytest settings, into a track copy at ``out`` (the
+    grader writes them over whatever a student's copy holds)."""
+    (out / "tests").mkdir(exist_ok=True)
+    (out / "tests" / "test_tasks.py").write_bytes(files.track_tests().read_bytes())
+    markers = "\n".join(f"    {t.name}: {t.hint}" for t in TASKS)
+    (out / "pytest.ini").write_text(
+        "[pytest]\n"
+        "# The package in this folder (with your code) comes before any installed copy.\n"
+        "pythonpath = .\n"
+        "testpaths = tests\n"
+        "addopts = -q --strict-markers\n"
+        f"markers =\n{markers}\n"
+    )
+
+
 def run_task(folder: Path, task: str, timeout: int = 300) -> tuple[bool, str]:
-    """Run one task's tests in ``folder`` (a track copy); return (passed, output tail)."""
+    """Run one task's tests in ``folder`` (a track copy) on simulated devices; return
+    (passed, output tail). What the tests leave running is ended with them."""
     env = dict(os.environ, LEARN_PARALLEL_SIMULATE="1")
     env.pop("LEARN_PARALLEL_SIMULATED_DEVICES", None)
     command = [sys.executable, "-m", "pytest", "-m", task, "-p", "no:cacheprovider", "-x"]
-    try:
-        result = subprocess.run(
-            command, cwd=folder, env=env, capture_output=True, text=True, timeout=timeout
+    with tempfile.TemporaryFile() as log:  # a file, not a pipe a leftover process could hold
+        process = subprocess.Popen(
+            command,
+            cwd=folder,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-    except subprocess.TimeoutExpired:
+        try:
+            status = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            status = None
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        log.seek(0)
+        output = log.read().decode(errors="replace").strip().splitlines()
+    if status is None:
         return False, f"the tests ran for more than {timeout} s"
-    output = (result.stdout + result.stderr).strip().splitlines()
     failures = [line for line in output if line.startswith(("E ", "FAILED"))]
     summary = failures[:3] + output[-1:] if failures else output[-1:]
-    return result.returncode == 0, " | ".join(line.strip() for line in summary)
+    return status == 0, " | ".join(line.strip() for line in summary)

@@ -2,8 +2,8 @@
 
 * handouts: the student copies hold every stub and check cell, no solution code, and no
   text that points at a solution;
-* grading: a folder with a correct, a wrong and an empty submission scores 2, 1 and 0;
-  a hanging and a crashing answer score zero for their exercise only;
+* grading: a folder with a correct, a wrong and an empty submission scores 2, 1 and 0
+  (hangs, crashes and cheats: test_grading_tamper.py and the other test_grading_* files);
 * the track: each task's tests fail when that task is stubbed out and pass on the
   reference package.
 """
@@ -20,7 +20,9 @@ import pytest
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (Jupyter)")
 pytest.importorskip("nbclient", reason="nbclient is not installed (Jupyter)")
 
-from learn_parallel.classroom.grade import grade, grade_notebook, table  # noqa: E402
+from _grading import SANDBOX  # noqa: E402
+
+from learn_parallel.classroom.grade import grade, table  # noqa: E402
 from learn_parallel.classroom.handouts import (  # noqa: E402
     MENTIONS_A_SOLUTION,
     make_handouts,
@@ -166,7 +168,7 @@ def test_result_command_reports_one_exercise(tmp_path, capsys):
     results = tmp_path / "results.json"
     write_json([Result("a.ipynb", "scatter", "scatter-sizes", False, "wrong sizes")], results)
     assert main(["result", str(results), "scatter-sizes"]) == 1
-    assert "FAILED wrong sizes" in capsys.readouterr().out
+    assert capsys.readouterr().out == "a.ipynb: scatter-sizes: FAILED wrong sizes\n"
     assert main(["result", str(results), "scatter-dict"]) == 1
     with pytest.raises(SystemExit, match="2"):
         main(["grade", str(tmp_path / "missing")])
@@ -241,7 +243,7 @@ def test_grading_a_correct_a_wrong_and_an_empty_submission(tmp_path, capsys):
     for student, answers in (("correct", solved), ("wrong", wrong), ("empty", {})):
         (tmp_path / student).mkdir()
         nbformat.write(_submission(answers), str(tmp_path / student / f"{CHAPTER}.ipynb"))
-    results = grade(tmp_path, reference=BOOK, timeout=120)
+    results = grade(tmp_path, reference=BOOK, timeout=120, sandbox=SANDBOX)
     scores = {}
     for r in results:
         student = Path(r.submission).parent.name
@@ -253,23 +255,28 @@ def test_grading_a_correct_a_wrong_and_an_empty_submission(tmp_path, capsys):
     report = table(results)
     assert "FAILED scatter-sizes: CheckFailed: scatter-sizes: your answer calls" in report
     assert "total: 3/6 passed" in report
-    # The grader reports what the student saw under the check cell, and nothing more.
+    # The grader reports what the student saw under the check cell (the message, and the
+    # line of their code that made the forbidden call), and nothing more.
     assert failed[0].message == _seen_in_the_notebook("scatter-sizes", wrong["scatter-sizes"])
+    assert "(your cell, line " in failed[0].message
     assert "checks/scatter.py" not in report and "Traceback" not in report
 
 
 def _seen_in_the_notebook(exercise_id: str, answer: str) -> str:
-    """The first line IPython shows under the check cell when ``answer`` is checked."""
+    """What IPython shows under the check cell when ``answer`` is checked, on one line."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
     from learn_parallel.classroom import CheckFailed
     from learn_parallel.classroom.notebooks import namespace
 
     chapter = read(BOOK / f"{CHAPTER}.ipynb")
     check_cell = next(ex.check for ex in exercises(chapter) if ex.id == exercise_id)
     names = namespace(chapter)
-    exec(answer, names)
+    # As IPython runs a cell (it drops leading blank lines, so line numbers match its own).
+    exec(TransformerManager().transform_cell(answer), names)
     with pytest.raises(CheckFailed) as failure:
         exec(check_cell, names)
-    return failure.value._render_traceback_()[0]
+    return " ".join(line.strip() for line in failure.value._render_traceback_())
 
 
 def test_a_sample_class_is_handed_in_solved_half_done_and_untouched(tmp_path):
@@ -292,24 +299,6 @@ def test_a_sample_class_is_handed_in_solved_half_done_and_untouched(tmp_path):
         assert handed_in.cells[0].cell_type == "code"  # trimmed: the setup cell comes first
     with pytest.raises(ValueError, match="unknown kind 'copied'"):
         hand_in(BOOK, tmp_path, {"dan": "copied"}, CHAPTER)
-
-
-def test_a_hanging_and_a_crashing_answer_score_zero_for_their_exercise_only(tmp_path):
-    solved = _solutions()
-    hang = "def chunk_sizes(rows, devices):\n    while True:\n        pass\n"
-    crash = "import os\n\n\ndef split_batch(batch, ids):\n    os._exit(1)\n"
-    reference = exercises(read(BOOK / f"{CHAPTER}.ipynb"))
-    for name, answers, bad in (
-        ("hangs", dict(solved, **{"scatter-sizes": hang}), "scatter-sizes"),
-        ("crashes", dict(solved, **{"scatter-dict": crash}), "scatter-dict"),
-    ):
-        path = tmp_path / f"{name}.ipynb"
-        nbformat.write(_submission(answers, keep_only_exercises=True), str(path))
-        results = {r.exercise: r for r in grade_notebook(path, reference, timeout=10)}
-        assert not results[bad].passed, name
-        assert all(r.passed for e, r in results.items() if e != bad), table(list(results.values()))
-        expected = "Timeout" if name == "hangs" else "kernel died"
-        assert expected in results[bad].message
 
 
 def test_each_track_task_fails_when_stubbed_and_passes_on_the_reference(tmp_path):

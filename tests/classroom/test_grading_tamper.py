@@ -17,12 +17,10 @@ import pytest
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (Jupyter)")
 pytest.importorskip("nbclient", reason="nbclient is not installed (Jupyter)")
 
-from learn_parallel.classroom.grade import grade, table  # noqa: E402
-from learn_parallel.classroom.notebooks import CHECK, SOLUTION, STUB, exercises, read, tags  # noqa: E402
+from _grading import BOOK, CHAPTER, SANDBOX, notebook, scores, solutions  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-BOOK = ROOT / "book"
-CHAPTER = "scatter"
+from learn_parallel.classroom.grade import grade, table  # noqa: E402
+
 WRONG_SIZES = "def chunk_sizes(rows, devices):\n    return [rows // devices] * devices\n"
 
 CHEATS = {
@@ -119,32 +117,6 @@ for path in Path("SUBMISSIONS_DIR").rglob("*.ipynb"):
 }
 
 
-def _notebook(stub_sources: list[str] | None, extra_cell: str = "") -> nbformat.NotebookNode:
-    """The scatter handout (setup and exercise cells), its stubs replaced, one cell added last."""
-    notebook = nbformat.read(str(BOOK / f"{CHAPTER}.ipynb"), as_version=4)
-    setup = next(c for c in notebook.cells if c.cell_type == "code")
-    cells = [c for c in notebook.cells if {STUB, CHECK} & set(tags(c))]
-    cells = [c for c in cells if SOLUTION not in tags(c)]
-    stubs = [c for c in cells if STUB in tags(c)]
-    for cell, source in zip(stubs, stub_sources or []):
-        if source is not None:
-            cell.source = source
-    extra = [nbformat.v4.new_code_cell(extra_cell)] if extra_cell else []
-    notebook.cells = [setup, *cells, *extra]
-    return notebook
-
-
-def _solutions() -> list[str]:
-    return [ex.solutions[0] for ex in exercises(read(BOOK / f"{CHAPTER}.ipynb"))]
-
-
-def _scores(results) -> dict[str, dict[str, bool]]:
-    scores: dict[str, dict[str, bool]] = {}
-    for r in results:
-        scores.setdefault(Path(r.submission).parent.name, {})[r.exercise] = r.passed
-    return scores
-
-
 def test_every_cheat_scores_zero_and_an_honest_answer_still_passes(tmp_path):
     submissions, results_dir = tmp_path / "submissions", tmp_path / "out"
     results_dir.mkdir()
@@ -154,29 +126,27 @@ def test_every_cheat_scores_zero_and_an_honest_answer_still_passes(tmp_path):
         folder = submissions / name.replace(" ", "-").replace("'", "")
         folder.mkdir(parents=True)
         # The cheats' own stubs stay (a wrong chunk_sizes); the honest student solved both.
-        answers = _solutions() if name == "honest" else [WRONG_SIZES, None]
-        nbformat.write(_notebook(answers, source), str(folder / f"{CHAPTER}.ipynb"))
+        answers = solutions() if name == "honest" else [WRONG_SIZES, None]
+        nbformat.write(notebook(answers, source), str(folder / f"{CHAPTER}.ipynb"))
     from learn_parallel.classroom.__main__ import main
 
     outputs = results_dir / "github_output"
     results_file = results_dir / "results.json"
-    options = ["--jobs", "2", "--timeout", "60", "--classroom", str(outputs)]
+    options = ["--jobs", "2", "--timeout", "60", "--classroom", str(outputs), "--sandbox", SANDBOX]
     assert main(["grade", str(submissions), "--json", str(results_file), *options]) == 0
     # GitHub Classroom's step outputs (one repository per student there): one per exercise.
     names = [line.partition("=")[0] for line in outputs.read_text().splitlines()]
     assert sorted(names) == ["scatter-dict", "scatter-sizes"]
     results = json.loads(results_file.read_text())
-    scores: dict[str, dict[str, bool]] = {}
-    for r in results:
-        scores.setdefault(Path(r["submission"]).parent.name, {})[r["exercise"]] = r["passed"]
-    assert scores.pop("honest") == {"scatter-sizes": True, "scatter-dict": True}, results
-    assert len(scores) == len(CHEATS)
-    passed = {cheat: [e for e, ok in got.items() if ok] for cheat, got in scores.items()}
+    graded = scores(results)
+    assert graded.pop("honest") == {"scatter-sizes": True, "scatter-dict": True}, results
+    assert len(graded) == len(CHEATS)
+    passed = {cheat: [e for e, ok in got.items() if ok] for cheat, got in graded.items()}
     assert all(not exercises for exercises in passed.values()), passed
 
 
 def test_a_hang_a_crash_a_flood_and_a_syntax_error_cost_only_their_exercise(tmp_path):
-    solved = _solutions()
+    solved = solutions()
     # A hang that waits (on input, a lock, a socket); test_classroom.py has one that spins.
     loop = "import time\n\n\ndef chunk_sizes(rows, devices):\n    time.sleep(3600)\n"
     dies = "import os\n\n\ndef split_batch(batch, ids):\n    os._exit(1)\n"
@@ -193,33 +163,17 @@ def test_a_hang_a_crash_a_flood_and_a_syntax_error_cost_only_their_exercise(tmp_
     }
     for name, (stubs, extra) in cases.items():
         (tmp_path / name).mkdir()
-        nbformat.write(_notebook(stubs, extra), str(tmp_path / name / f"{CHAPTER}.ipynb"))
-    results = grade(tmp_path, reference=BOOK, timeout=15, jobs=2)
-    scores = _scores(results)
+        nbformat.write(notebook(stubs, extra), str(tmp_path / name / f"{CHAPTER}.ipynb"))
+    results = grade(tmp_path, reference=BOOK, timeout=15, jobs=2, sandbox=SANDBOX)
+    graded = scores(results)
     report = table(results)
-    assert scores["hangs"] == {"scatter-sizes": False, "scatter-dict": True}, report
+    assert graded["hangs"] == {"scatter-sizes": False, "scatter-dict": True}, report
     # A cell that kills the kernel is left out on restart: both answers still graded.
-    assert scores["crashes-in-a-cell"] == {"scatter-sizes": True, "scatter-dict": True}, report
-    assert scores["crashes-in-its-answer"] == {"scatter-sizes": True, "scatter-dict": False}
-    assert scores["floods"] == {"scatter-sizes": True, "scatter-dict": True}, report
-    assert scores["syntax-error"] == {"scatter-sizes": False, "scatter-dict": True}, report
+    assert graded["crashes-in-a-cell"] == {"scatter-sizes": True, "scatter-dict": True}, report
+    assert graded["crashes-in-its-answer"] == {"scatter-sizes": True, "scatter-dict": False}
+    assert graded["floods"] == {"scatter-sizes": True, "scatter-dict": True}, report
+    assert graded["syntax-error"] == {"scatter-sizes": False, "scatter-dict": True}, report
     messages = {(Path(r.submission).parent.name, r.exercise): r.message for r in results}
     assert "Timeout" in messages["hangs", "scatter-sizes"]
     assert "kernel died" in messages["crashes-in-its-answer", "scatter-dict"]
     assert "NameError" in messages["syntax-error", "scatter-sizes"]
-
-
-def test_the_grader_starts_its_kernels_without_an_encryption_warning(tmp_path):
-    """ipykernel warns once per kernel about plain TCP; the grader provisions CurveZMQ keys
-    (as the book build does), so a class's log is only the table."""
-    import subprocess
-    import sys
-
-    notebook = _notebook(_solutions())
-    notebook.cells = notebook.cells[:1] + [c for c in notebook.cells if CHECK in tags(c)][:1]
-    nbformat.write(notebook, str(tmp_path / f"{CHAPTER}.ipynb"))
-    command = [sys.executable, "-m", "learn_parallel.classroom", "grade", str(tmp_path)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert done.returncode == 0, done.stderr
-    assert "total: 0/2 passed" in done.stdout  # the stubs were left out: nothing to pass
-    assert "WARNING" not in done.stderr and "encryption" not in done.stderr, done.stderr

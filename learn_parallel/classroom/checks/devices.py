@@ -7,7 +7,8 @@ from torch import nn
 
 from learn_parallel.classroom import exercise, grading
 from learn_parallel.classroom.judge import observe
-from learn_parallel.classroom.tools import Moves, machine
+from learn_parallel.classroom.placement import Moves
+from learn_parallel.classroom.tools import machine
 from learn_parallel.devices import DeviceCapacity
 
 

@@ -6,13 +6,8 @@ import torch
 
 import learn_parallel as lp
 from learn_parallel.classroom import exercise, grading
-from learn_parallel.classroom.tools import (
-    Moves,
-    forbid,
-    learn_parallel_functions,
-    machine,
-    same_places,
-)
+from learn_parallel.classroom.placement import Moves, same_places
+from learn_parallel.classroom.tools import forbid, learn_parallel_functions, machine
 
 
 @exercise("gather-mean", "The batch's mean loss")

@@ -8,7 +8,8 @@ from torch import nn
 import learn_parallel as lp
 from learn_parallel.classroom import exercise
 from learn_parallel.classroom.judge import observe
-from learn_parallel.classroom.tools import Moves, forbid, learn_parallel_functions, machine
+from learn_parallel.classroom.placement import Moves
+from learn_parallel.classroom.tools import forbid, learn_parallel_functions, machine
 
 
 def _fill(template, x):  # every number k in the template becomes the tensor k * x

@@ -9,8 +9,9 @@ from torch import nn
 
 import learn_parallel as lp
 from learn_parallel.classroom import exercise, grading
+from learn_parallel.classroom.placement import same_places
 from learn_parallel.classroom.role import judging
-from learn_parallel.classroom.tools import forbid, learn_parallel_functions, machine, same_places
+from learn_parallel.classroom.tools import forbid, learn_parallel_functions, machine
 
 
 @exercise("papply-sequential", "parallel_apply without threads")

@@ -6,7 +6,8 @@ import torch
 
 import learn_parallel as lp
 from learn_parallel.classroom import exercise, grading
-from learn_parallel.classroom.tools import Moves, forbid, learn_parallel_functions, machine
+from learn_parallel.classroom.placement import Moves
+from learn_parallel.classroom.tools import forbid, learn_parallel_functions, machine
 
 _CHUNK = ((torch, "chunk"), (torch.Tensor, "chunk"))
 

@@ -1,0 +1,188 @@
+"""A class where some students attack the others, the grader and the teacher's machine.
+
+One grading run (the command a teacher types, as a separate process) of a class in which two
+solved submissions, graded first and last, must keep full marks while the others try what
+issue 49 found: code planted in the grader's check modules, an IPython startup file for
+every later kernel, code run in a classmate's kernel, reading the solutions, the grader's
+environment and classmates' notebooks, killing the grader, and a daemon that outlives the
+grader to rewrite its results while holding its output open. Sandboxed, all of it fails;
+without a sandbox, the attacks the grader defends in depth fail too (the teacher's guide
+lists what a student can still do there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+pytest.importorskip("nbclient", reason="nbclient is not installed (Jupyter)")
+
+from _grading import (  # noqa: E402
+    BOOK,
+    BOTH,
+    CHAPTER,
+    hand_in,
+    notebook,
+    running,
+    scores,
+    solutions,
+)
+
+from learn_parallel.classroom import files  # noqa: E402
+
+SECRET = "grader-secret-7f3a"
+MARKER = "learn-parallel-attack-daemon"  # + a random suffix per run (tests run in parallel)
+
+# Each attack is a cell placed right after the setup cell (READS: in place of the first stub);
+# the answers stay the stubs.
+PLANTS = """
+import os
+import learn_parallel.classroom.checks as checks
+planted = "import learn_parallel.classroom as c\\n"
+planted += "c._CHECKS.update({k: (lambda *a: None) for k in list(c._CHECKS)})\\n"
+for folder in (checks.__path__[0], "GRADER_CHECKS"):
+    try:
+        with open(os.path.join(folder, "zz_planted.py"), "w") as f:
+            f.write(planted)
+    except OSError:
+        pass
+"""
+STARTUP = """
+import os
+import IPython.paths
+for home in {IPython.paths.get_ipython_dir(), os.path.expanduser("~/.ipython")}:
+    folder = os.path.join(home, "profile_default", "startup")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "00-sabotage.py"), "w") as f:
+        f.write("import os\\nos._exit(3)\\n")
+"""
+KERNEL_TO_KERNEL = """
+import glob, os, tempfile, time
+from jupyter_client import BlockingKernelClient
+from jupyter_core.paths import jupyter_runtime_dir
+from ipykernel.connect import get_connection_file
+own = os.path.realpath(get_connection_file())
+payload = "def chunk_sizes(rows, devices):\\n    return [0]\\n"
+payload += "def split_batch(batch, ids):\\n    return []\\n"
+end = time.time() + 15
+while time.time() < end:
+    for place in {jupyter_runtime_dir(), tempfile.gettempdir(), os.path.expanduser("~")}:
+        for path in glob.glob(os.path.join(place, "**", "*.json"), recursive=True):
+            if os.path.realpath(path) != own and "shell_port" in open(path).read():
+                client = BlockingKernelClient()
+                client.load_connection_file(path)
+                client.start_channels()
+                try:
+                    client.execute(payload, reply=True, timeout=10)
+                except Exception:
+                    pass
+                client.stop_channels()
+    time.sleep(0.2)
+"""
+READS = """
+import glob, os
+loot = []
+def chunk_sizes(rows, devices):
+    raise RuntimeError("LOOT[" + "; ".join(loot) + "]")
+for path in ("BOOK_CHAPTER", "VICTIM_NOTEBOOK"):
+    try:
+        loot.append(f"{os.path.basename(path)}: {len(open(path).read())} characters")
+    except OSError:
+        pass
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        if b"GITHUB_TOKEN=" in open(f"/proc/{pid}/environ", "rb").read():
+            loot.append(f"the grader's environment through /proc/{pid}")
+        if b"learn_parallel.classroom" in open(f"/proc/{pid}/cmdline", "rb").read():
+            folder = os.readlink(f"/proc/{pid}/cwd")  # the grader's: the class is near
+            loot += glob.glob(os.path.join(folder, "*", "*victim*"))[:1]
+    except OSError:
+        pass
+"""
+KILLS_THE_GRADER = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+DAEMON = """
+import subprocess
+script = "while [ ! -e RESULTS ]; do sleep 0.5; done; sleep 2; echo [] > RESULTS; sleep 60"
+subprocess.Popen(["/bin/sh", "-c", script, "MARKER"], start_new_session=True)
+"""
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+def test_no_student_reaches_a_classmate_the_grader_or_the_teachers_files(sandbox, tmp_path):
+    marker = f"{MARKER}-{uuid.uuid4().hex}"
+    package = tmp_path / "installed"  # the grader's own copy: a planted module stays there
+    ignore = shutil.ignore_patterns(files.SHIPPED.name)
+    shutil.copytree(files.PACKAGE, package / "learn_parallel", ignore=ignore)
+    submissions, results = tmp_path / "class", tmp_path / "results.json"
+    victim = submissions / "b-victim" / f"{CHAPTER}.ipynb"
+    attacks = {
+        "c-plants": PLANTS.replace(
+            "GRADER_CHECKS", str(package / "learn_parallel/classroom/checks")
+        ),
+        "d-startup": STARTUP,
+        "f-kills-the-grader": KILLS_THE_GRADER,
+        "g-daemon": DAEMON.replace("RESULTS", str(results)).replace("MARKER", marker),
+    }
+    if sandbox == "bwrap":  # without a sandbox these succeed: the guide's table says so
+        attacks["a-kernel-to-kernel"] = KERNEL_TO_KERNEL
+        book = str(BOOK / f"{CHAPTER}.ipynb")
+        attacks["e-reads"] = READS.replace("BOOK_CHAPTER", book).replace(
+            "VICTIM_NOTEBOOK", str(victim)
+        )
+    students = {name: notebook(None, first_cell=cell) for name, cell in attacks.items()}
+    if "e-reads" in attacks:  # its answer is the attack: in place of the first stub
+        students["e-reads"] = notebook([attacks["e-reads"]])
+    students["b-victim"] = students["z-victim"] = notebook(solutions())
+    hand_in(submissions, students)
+    env = dict(os.environ, HOME=str(tmp_path / "home"), TMPDIR=str(tmp_path / "tmp"))
+    env.update(PYTHONPATH=str(package), GITHUB_TOKEN=SECRET)
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "home").mkdir()
+    command = [sys.executable, "-m", "learn_parallel.classroom", "grade", str(submissions)]
+    command += ["--reference", str(BOOK), "--json", str(results), "--jobs", "2"]
+    command += ["--sandbox", sandbox, "--timeout", "60"]
+    grader = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    output: dict[str, bytes] = {}
+    reader = threading.Thread(target=lambda: output.update(out=grader.stdout.read()))
+    reader.start()
+    status = grader.wait(timeout=600)
+    reader.join(timeout=5)
+    held = reader.is_alive()  # a process the grader started still holds its output
+    time.sleep(4)  # a daemon waits for the results file, then 2 s, then rewrites it
+    left = running(marker)
+    for pid in left:
+        os.kill(pid, 9)
+    errors = grader.stderr.read().decode()
+    assert status == 0, errors
+    # The log is the table: the kernels' own output (ipykernel's warnings) stays in the jobs.
+    assert [line for line in errors.splitlines() if not line.startswith("note: ")] == []
+    assert not held, "a submission's process kept the grader's output open"
+    assert not left, "a submission's process outlived the grader"
+    rows = json.loads(results.read_text())
+    table = output["out"].decode()
+    graded = scores(rows)
+    assert (
+        graded.pop("b-victim")
+        == graded.pop("z-victim")
+        == {
+            "scatter-sizes": True,
+            "scatter-dict": True,
+        }
+    ), table
+    assert set(graded) == set(attacks), table
+    assert not [name for name, got in graded.items() if any(got.values())], table
+    assert SECRET not in table and SECRET not in results.read_text()
+    if sandbox == "bwrap":  # the answer ran, and found nothing to read
+        read = [r["message"] for r in rows if r["submission"].endswith(f"e-reads/{CHAPTER}.ipynb")]
+        assert "RuntimeError: LOOT[]" in read[0], read
+        assert not (package / "learn_parallel/classroom/checks/zz_planted.py").exists()
