@@ -28,7 +28,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from experiments import driver_parser, write_record
 from experiments.floor_counts import all_counts
-from learn_parallel.lab.timing import describe_hardware
+from learn_parallel.lab.timeline import describe_hardware
 
 MiB = 2**20
 # nccl-tests' bus bandwidth: algorithm bandwidth (bytes / time) times this factor of N.
