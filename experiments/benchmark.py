@@ -44,7 +44,8 @@ from learn_parallel.lab.steps import (
     one_thread_per_device,
     record_timeline,
 )
-from learn_parallel.lab.timing import Timeline, describe_hardware, step_times_ms
+from learn_parallel.lab.timeline import Timeline, describe_hardware
+from learn_parallel.lab.timing import step_times_ms
 from learn_parallel.lab.trace import chrome_trace
 from learn_parallel.lab.workloads import Workload, build_model, parameter_count
 

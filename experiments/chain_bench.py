@@ -23,7 +23,7 @@ from learn_parallel.devices import device_count, resolve_devices
 from learn_parallel.lab import provenance
 from learn_parallel.lab.chain_bench import Config, measure
 from learn_parallel.lab.measurement import synced_clock
-from learn_parallel.lab.timing import describe_hardware
+from learn_parallel.lab.timeline import describe_hardware
 
 # A 1 GiB float32 feature map: big enough that moving it costs more than computing it.
 FULL = Config(batch=256, image_size=64, features=256, classes=10, warmup=3, steps=15)

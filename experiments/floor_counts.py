@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from learn_parallel.lab import measure
+from learn_parallel.lab.measurement import mlp
 from learn_parallel.lab.workloads import Workload, build_model, standard_workloads
 
 META = torch.device("meta")
@@ -86,12 +86,13 @@ def workload_problem(workload: Workload) -> Problem:
 # The chapters' own recorded measurements, as `learn_parallel.lab.measure` builds them; each
 # quotes the line of its function it mirrors (tests/experiments/test_floors.py checks that
 # the line is still there, so a change of shapes there cannot leave these counts behind).
+# replicate_copy's model comes from the measurement's own `mlp`, here on the meta device.
 MIRRORS = {
     "training": (
         "training_timeline",
         "nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512))",
     ),
-    "replicate_copy": ("replicate_copy", "_mlp(width, 4, devs[0].torch_device)"),
+    "replicate_copy": ("replicate_copy", "list(mlp(width, 4, devs[0].torch_device).parameters())"),
     "gather_targets": ("gather_targets", "torch.randn(rows, 1024, device=devs[0].torch_device)"),
 }
 
@@ -102,8 +103,8 @@ def chapter_problem(key: str) -> Problem:
     if key == "training":
         net = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512)).to(META)
         return net, torch.empty(4096, 512, device=META)
-    if key == "replicate_copy":  # only its parameters move; the batch is any
-        return measure._mlp(1024, 4, META), torch.empty(4096, 1024, device=META)
+    if key == "replicate_copy":  # only its parameters move (it has no buffers); the batch is any
+        return mlp(1024, 4, META), torch.empty(4096, 1024, device=META)
     if key == "gather_targets":  # gathers the pieces of a 4096 x 1024 batch, as outputs
         return nn.Identity(), torch.empty(4096, 1024, device=META)
     raise KeyError(f"No chapter problem {key!r}; known: {sorted(MIRRORS)}.")

@@ -28,7 +28,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from experiments import driver_parser, write_record
 from experiments.floor_counts import all_counts
-from learn_parallel.lab.timing import describe_hardware
+from learn_parallel.lab.timeline import describe_hardware
 
 MiB = 2**20
 # nccl-tests' bus bandwidth: algorithm bandwidth (bytes / time) times this factor of N.
@@ -194,9 +194,9 @@ def replicate_copies(n: int) -> dict[str, Any]:
     cuda:0) copied to every other GPU one after another, as replicate's copies go without
     NCCL, and the same tensors through ``broadcast_coalesced`` (NCCL's broadcast)."""
     from experiments.floor_counts import nbytes
-    from learn_parallel.lab import measure
+    from learn_parallel.lab.measurement import mlp
 
-    params = [p.detach() for p in measure._mlp(1024, 4, torch.device("cuda:0")).parameters()]
+    params = [p.detach() for p in mlp(1024, 4, torch.device("cuda:0")).parameters()]
     flat = torch.cat([p.detach().reshape(-1) for p in params])
     ids = list(range(n))
     one_by_one = event_samples(lambda: [flat.to(f"cuda:{d}") for d in ids[1:]], ids, inner=5)

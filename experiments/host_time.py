@@ -21,7 +21,7 @@ from typing import Any
 import learn_parallel
 from experiments.counting import counting
 from learn_parallel import devices as device_module
-from learn_parallel.lab.timing import describe_hardware
+from learn_parallel.lab.timeline import describe_hardware
 from learn_parallel.lab.workloads import CONV_MODELS, Workload, build_model, make_batch
 
 

@@ -24,7 +24,7 @@ from experiments import driver_parser, write_record
 from learn_parallel.devices import Device, device_count, resolve_devices
 from learn_parallel.lab import measure, provenance
 from learn_parallel.lab.kernels import ProfiledPass
-from learn_parallel.lab.timing import Timeline, describe_hardware
+from learn_parallel.lab.timeline import Timeline, describe_hardware
 
 MEASUREMENTS: dict[str, Callable[[Sequence[Device]], measure.Measurement]] = {
     "matmul": measure.matmul,

@@ -32,7 +32,8 @@ from learn_parallel.lab.persistent_workers import (
     run_fresh_threads,
     run_in_caller,
 )
-from learn_parallel.lab.timing import describe_hardware, step_times_ms
+from learn_parallel.lab.timeline import describe_hardware
+from learn_parallel.lab.timing import step_times_ms
 from learn_parallel.lab.workloads import Workload, standard_workloads
 
 

@@ -28,7 +28,8 @@ from learn_parallel.lab.ladder_rungs import LADDER
 from learn_parallel.lab.processes import run_ranks
 from learn_parallel.lab.spread import Spread, compare
 from learn_parallel.lab.steps import failure_becomes_row
-from learn_parallel.lab.timing import describe_hardware, step_times_ms
+from learn_parallel.lab.timeline import describe_hardware
+from learn_parallel.lab.timing import step_times_ms
 
 WAYS = ("clean", "taxed")
 

@@ -27,7 +27,8 @@ from experiments import driver_parser, first_devices, write_record
 from experiments.timeline_check import make_step, workloads_for
 from learn_parallel.devices import Device
 from learn_parallel.lab import provenance
-from learn_parallel.lab.timing import Recorder, describe_hardware, step_times_ms
+from learn_parallel.lab.timeline import describe_hardware
+from learn_parallel.lab.timing import Recorder, step_times_ms
 from learn_parallel.lab.trace import profiler
 
 # bare: nothing listening (each phase mark is a no-op); recorder: lab.timing.Recorder on

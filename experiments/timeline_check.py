@@ -26,7 +26,8 @@ from learn_parallel import DataParallel
 from learn_parallel.devices import Device
 from learn_parallel.lab import provenance
 from learn_parallel.lab.steps import make_step as make_training_step
-from learn_parallel.lab.timing import Recorder, describe_hardware, step_spans, step_times_ms
+from learn_parallel.lab.timeline import describe_hardware, step_spans
+from learn_parallel.lab.timing import Recorder, step_times_ms
 from learn_parallel.lab.workloads import Workload, standard_workloads
 
 

@@ -21,9 +21,11 @@ from pathlib import Path
 import pytest
 
 # Left in the folder by design, not by a test: torch's compile cache (DistributedDataParallel's
-# constructor makes it, empty; torch keeps it from run to run), and the root of a nested pytest
-# session's numbered folders once its passing run has emptied them.
-EXPECTED = ("torchinductor_*", "pytest-of-*")
+# constructor makes it, empty; torch keeps it from run to run), torchrun's log folder (without
+# --log-dir each run makes one, mkdtemp(prefix="torchelastic_") in torch.distributed.elastic's
+# multiprocessing/api.py, and leaves it, empty where nothing is redirected into it), and the root
+# of a nested pytest session's numbered folders once its passing run has emptied them.
+EXPECTED = ("torchinductor_*", "torchelastic_*", "pytest-of-*")
 NESTED = "LEARN_PARALLEL_TEST_RUN_TMPDIR"  # set in a checked run: sessions it starts skip it
 _STATE = pytest.StashKey[tuple[Path, str | None, dict[str, tuple[int, int]]]]()
 

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from learn_parallel.lab.measurement import HOST, HOST_SYNCED
 from learn_parallel.lab.spread import Spread, compare
-from learn_parallel.lab.timing import Timeline
+from learn_parallel.lab.timeline import Timeline
 
 
 def autograd_graph(output: torch.Tensor) -> tuple[dict[int, str], list[tuple[int, int]]]:

@@ -29,7 +29,7 @@ from learn_parallel.lab import measure, provenance, records
 from learn_parallel.lab.plots import plot_measurement, plot_timeline
 from learn_parallel.lab.source import short_tracebacks, show_source
 from learn_parallel.lab.steps import one_thread_per_device
-from learn_parallel.lab.timing import describe_hardware
+from learn_parallel.lab.timeline import describe_hardware
 
 __all__ = [
     "DEVICES",

@@ -26,7 +26,8 @@ from learn_parallel.lab.kernels import ProfiledPass
 from learn_parallel.lab.measurement import HOST, HOST_SYNCED
 from learn_parallel.lab.processes import rank_device, rank_step_times, run_ranks, share
 from learn_parallel.lab.steps import make_step, record_timeline, train_step
-from learn_parallel.lab.timing import Hardware, Recorder, Timeline, phase, step_times_ms
+from learn_parallel.lab.timeline import Hardware, Timeline
+from learn_parallel.lab.timing import Recorder, phase, step_times_ms
 from learn_parallel.lab.workloads import Workload, build_model, make_batch, parameter_count
 from learn_parallel.ladder.distributed import DEFAULT_BUCKET_CAP_MB, DistributedDataParallel
 from learn_parallel.sim import simulation_forced

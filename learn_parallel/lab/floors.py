@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from learn_parallel.lab import provenance, records
-from learn_parallel.lab.timing import Timeline
+from learn_parallel.lab.timeline import Timeline
 from learn_parallel.lab.workloads import Workload
 
 NEAR = 2.0  # a bar within this factor of its floor is bounded by the floor's resource
@@ -33,19 +33,22 @@ HOW = {  # what sets each phase's floor
     ),
     "backward": "its parts in turn (grad scatter, replica backward, reduce)",
 }
-# What each ladder rung puts on the step's path besides one replica's compute: communication
-# that its design does not overlap with compute. An overlapped reduction counts as wholly
+# What each ladder rung, and the reference row measured with them (`ladder_rungs.MEASURED`),
+# puts on the step's path besides one replica's compute: communication that its design does
+# not overlap with compute (the reference, as step_graphs, all-reduces after every device's
+# backward graph, and broadcasts the buffers). An overlapped reduction counts as wholly
 # hidden, so these floors are lower than any overlap can reach.
 DP_PATH = ("scatter", "replicate", "gather", "grad scatter")
 STEP_PATH = {
     **dict.fromkeys(
-        ("torch_dp", "persistent_workers", "lean_replicate", "kept_replicas"), (*DP_PATH, "reduce")
+        ("torch_dp", "persistent_workers", "our_forward", "lean_replicate", "kept_replicas"),
+        (*DP_PATH, "reduce"),
     ),
     **dict.fromkeys(("overlap_reduce", "cuda_graphs"), DP_PATH),
     "own_optimizers": ("buffers", "scatter", "gather", "grad scatter", "all-reduce"),
     "all_reduce_in_backward": ("buffers", "scatter", "gather", "grad scatter"),
     **dict.fromkeys(("per_device_inputs", "ddp", "ddp_graphs"), ("buffers",)),
-    "step_graphs": ("buffers", "all-reduce"),
+    **dict.fromkeys(("step_graphs", "one_thread_reference"), ("buffers", "all-reduce")),
 }
 
 

@@ -25,7 +25,8 @@ from torch.autograd import DeviceType
 
 from learn_parallel.devices import Device
 from learn_parallel.lab import trace
-from learn_parallel.lab.timing import HOST, PhaseRecord, Recorder, Timeline
+from learn_parallel.lab.timeline import HOST, PhaseRecord, Timeline
+from learn_parallel.lab.timing import Recorder
 
 ANCHOR = "clock anchor"  # the phase around each GPU's spin kernel
 # Identical replicas' GPU work in one bar agrees within this share of its median or this many

@@ -32,7 +32,8 @@ from learn_parallel.lab.kernels import ProfiledPass
 from learn_parallel.lab.ladder_rungs import CLONE_SET, DDP_ROWS, LADDER, LR, MEASURED, SEED, Rung
 from learn_parallel.lab.measurement import synced_clock
 from learn_parallel.lab.steps import failure_becomes_row, record_timeline
-from learn_parallel.lab.timing import HOST, Timeline, describe_hardware, step_times_ms
+from learn_parallel.lab.timeline import HOST, Timeline, describe_hardware
+from learn_parallel.lab.timing import step_times_ms
 from learn_parallel.lab.workloads import Workload, build_model, standard_workloads
 from learn_parallel.replicate import replicate
 from learn_parallel.variants.clone_replicate import clone_replicate

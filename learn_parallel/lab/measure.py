@@ -28,4 +28,4 @@ from learn_parallel.lab.measure_steps import (
 from learn_parallel.lab.measure_tuple import peak_memory, tuple_vs_data_parallel
 from learn_parallel.lab.measurement import Measurement, median_ms, wall_ms
 from learn_parallel.lab.records import Recorded, load_recorded
-from learn_parallel.lab.timing import Timeline
+from learn_parallel.lab.timeline import Timeline

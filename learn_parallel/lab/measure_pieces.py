@@ -23,7 +23,8 @@ from learn_parallel.lab.measurement import (
     mlp,
     uses_clock,
 )
-from learn_parallel.lab.timing import Recorder, describe_hardware
+from learn_parallel.lab.timeline import describe_hardware
+from learn_parallel.lab.timing import Recorder
 from learn_parallel.replicate import check_on_source_device, copy_to_devices
 from learn_parallel.scatter_gather import gather, scatter
 

@@ -28,7 +28,8 @@ from learn_parallel.lab.measurement import (
 )
 from learn_parallel.lab.persistent_workers import run_fresh_threads
 from learn_parallel.lab.steps import make_step, one_device, record_timeline
-from learn_parallel.lab.timing import Timeline, describe_hardware, phase, step_times_ms
+from learn_parallel.lab.timeline import Timeline, describe_hardware
+from learn_parallel.lab.timing import phase, step_times_ms
 from learn_parallel.lab.workloads import SIZES
 from learn_parallel.parallel_apply import parallel_apply
 from learn_parallel.replicate import replicate

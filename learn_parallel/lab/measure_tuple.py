@@ -24,7 +24,7 @@ from learn_parallel.lab.measurement import (
     uses_clock,
     wall_ms,
 )
-from learn_parallel.lab.timing import describe_hardware
+from learn_parallel.lab.timeline import describe_hardware
 from learn_parallel.variants.tuple_parallel import TupleParallel, split_batch
 
 

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from learn_parallel.lab.measurement import Measurement
-from learn_parallel.lab.timing import PHASES, Timeline
+from learn_parallel.lab.timeline import PHASES, Timeline
 
 PHASE_COLORS = {
     "scatter": "#4C72B0",

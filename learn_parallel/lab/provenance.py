@@ -37,7 +37,8 @@ def _files(*names: str) -> list[str]:
 
 
 _CORE = _files("devices", "nested", "phases", "scatter_gather", "replicate", "parallel_apply")
-_CORE += _files("data_parallel", "lab/timing", "lab/steps", "lab/kernels", "lab/workloads")
+_CORE += _files("data_parallel", "lab/timing", "lab/timeline", "lab/steps", "lab/kernels")
+_CORE += _files("lab/workloads")
 _TOP = _files("lab/ladder_rungs", "lab/ddp_times", "experiments/ddp_times", "ladder/collectives")
 _TOP += _files("ladder/fast", "ladder/buckets", "ladder/graphs")
 _TOP += _files("ladder/kept_replicas", "ladder/replicated")
@@ -51,7 +52,7 @@ MEASURED: dict[str, list[str]] = {
     + _files("lab/chain_bench", "variants/options", "experiments/chain_bench"),
     "ladder.json": _CORE
     + _TOP
-    + _files("lab/ladder", "variants/clone_replicate", "experiments/ladder"),
+    + _files("lab/ladder", "lab/reference_step", "variants/clone_replicate", "experiments/ladder"),
     "clone.json": _CORE + _files("lab/ladder", "lab/ladder_rungs", "variants/clone_replicate"),
     "distributed.json": _CORE
     + _files("lab/ddp_timeline", "ladder/distributed", "ladder/collectives")

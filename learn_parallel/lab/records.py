@@ -21,7 +21,7 @@ from typing import Any
 from learn_parallel.lab import provenance
 from learn_parallel.lab.measure_steps import chain_measurement
 from learn_parallel.lab.measurement import HOST, HOST_SYNCED, Measurement
-from learn_parallel.lab.timing import Hardware, Timeline
+from learn_parallel.lab.timeline import Hardware, Timeline
 
 DATA_ENV = "LEARN_PARALLEL_DATA"
 

@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from learn_parallel.devices import Device, device_type
-from learn_parallel.lab.timing import Recorder, Timeline, phase
+from learn_parallel.lab.timeline import Timeline
+from learn_parallel.lab.timing import Recorder, phase
 from learn_parallel.lab.trace import ProfiledProcessError
 from learn_parallel.lab.workloads import Workload, build_model, loss_function, make_batch
 

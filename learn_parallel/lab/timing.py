@@ -8,21 +8,18 @@ the training loop marks the rest itself::
             loss = loss_fn(dp(x), y)           # scatter, replicate, forward, gather
             with rec.phase("backward"):
                 loss.backward()
-    timeline = rec.timeline()                  # plain data, JSON-ready
+    timeline = rec.timeline()                  # plain data, JSON-ready (`lab.timeline`)
 
 On GPUs a mark is a CUDA event on the device's current stream, on simulated devices the
-host clock; the data_parallel and performance chapters plot what it records.
+host clock; the chapters plot what it records. `step_times_ms` times whole steps instead.
 """
 
 from __future__ import annotations
 
-import os
-import platform
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -31,128 +28,15 @@ from learn_parallel import phases
 from learn_parallel.devices import Device, DeviceLike, device_count, device_type, resolve_devices
 from learn_parallel.devices import synchronize as synchronize_devices
 from learn_parallel.lab import trace
-
-_active: Recorder | None = None  # the recorder switched on, if any
-
-HOST = "host"  # the row for what the Python thread did (phases of no single device)
-PHASES = (
-    "scatter",
-    "replicate",
-    "forward",
-    "gather",
-    "loss",
-    "backward",
-    "grad scatter",  # backward of gather: the output's gradient split back to the devices
-    "replica backward",  # derived: from a device's gradient arriving to its reduce
-    "reduce",  # backward of replicate: the replicas' gradients summed onto the source
-    "optimizer",
+from learn_parallel.lab.timeline import (
+    HOST,
+    PhaseRecord,
+    Timeline,
+    describe_hardware,
+    replica_backward,
 )
 
-
-@dataclass
-class PhaseRecord:
-    """One phase on one device in one step; times in ms since recording began."""
-
-    device: str  # "cuda:0", "sim:1" or "host"
-    phase: str
-    start_ms: float
-    end_ms: float
-    step: int
-    gpu_ms: float | None = None  # the device's kernels and copies inside the bar (lab.kernels)
-
-    @property
-    def duration_ms(self) -> float:
-        return self.end_ms - self.start_ms
-
-
-@dataclass
-class Hardware:
-    """What made the numbers: the one description every plot title and recording carries."""
-
-    device_type: str  # "cuda" or "sim"
-    device_count: int
-    device_names: list[str]
-    torch_version: str
-    cuda_version: str | None = None
-    python_version: str = field(default_factory=platform.python_version)
-    cpu_count: int = field(default_factory=lambda: os.cpu_count() or 1)
-    cpu: str = field(default_factory=lambda: platform.processor() or platform.machine())
-
-    @property
-    def clock(self) -> str:
-        """What timed the per-device numbers: CUDA events on GPUs, the host clock otherwise."""
-        return "CUDA events" if self.device_type == "cuda" else "host clock"
-
-    def label(self, count: int | None = None, clock: bool | str = False) -> str:
-        """``"4 x NVIDIA H200"``, ``"4 simulated CPU devices"``, ``"2 CPU processes on 2 cores"``
-        (gloo ranks); ``count`` overrides N; ``clock=True`` adds ``" (CUDA events)"``, a string
-        adds that text."""
-        n = self.device_count if count is None else count
-        if self.device_type == "cuda":
-            names = sorted(set(self.device_names[:n])) or ["GPU"]
-            text = f"{n} x {names[0]}" if len(names) == 1 else " + ".join(self.device_names[:n])
-        elif self.device_type == "cpu":
-            text = f"{n} CPU process{'es' if n != 1 else ''} on {self.cpu_count} cores"
-        else:
-            text = f"{n} simulated CPU device{'s' if n != 1 else ''}"
-        said = self.clock if clock is True else clock
-        return f"{text} ({said})" if said else text
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields, plus the label and whether the devices were simulated (for readers)."""
-        return asdict(self) | {"label": self.label(), "simulated": self.device_type != "cuda"}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Hardware:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-
-def describe_hardware(devices: Sequence[Device] | None = None) -> Hardware:
-    """The hardware of ``devices`` (default: every device DataParallel could use here)."""
-    kind = device_type()
-    indices = list(range(device_count())) if devices is None else [d.index for d in devices]
-    gpu = torch.cuda.get_device_name
-    names = [gpu(i) if kind == "cuda" else "simulated CPU device" for i in indices]
-    return Hardware(kind, len(indices), names, torch.__version__, torch.version.cuda)
-
-
-@dataclass
-class Timeline:
-    """What a recorder captured: records plus the hardware and the clock of each row."""
-
-    hardware: Hardware
-    records: list[PhaseRecord]
-    clocks: dict[str, str]  # row -> "cuda-event" or "host"
-    origin_s: float = 0.0  # time.perf_counter() at 0 ms
-    # Per GPU row, how far (µs) the profiled pass's second clock anchor landed from where its
-    # first one put it (`kernels.ProfiledPass`): the error that ``gpu_ms`` may carry.
-    anchor_drift_us: dict[str, float] = field(default_factory=dict)
-
-    def devices(self) -> list[str]:
-        """Rows in display order: the host row first, then devices by index."""
-
-        def key(row: str) -> tuple[bool, str, int]:
-            kind, _, index = row.partition(":")
-            return (row != HOST, kind, int(index) if index.isdigit() else 0)
-
-        return sorted({r.device for r in self.records}, key=key)
-
-    def steps(self) -> list[int]:
-        return sorted({r.step for r in self.records})
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Timeline:
-        return cls(
-            hardware=Hardware.from_dict(data["hardware"]),
-            records=[PhaseRecord(**r) for r in data["records"]],
-            clocks=dict(data["clocks"]),
-            origin_s=data.get("origin_s", 0.0),
-            anchor_drift_us=data.get("anchor_drift_us", {}),
-        )
+_active: Recorder | None = None  # the recorder switched on, if any
 
 
 class _Mark:
@@ -331,50 +215,6 @@ class Recorder:
             return (mark.host_s - self._t0) * 1e3
         offset_s, reference = self._references[device]
         return offset_s * 1e3 + reference.elapsed_time(mark.event)
-
-
-def replica_backward(records: Sequence[PhaseRecord]) -> list[PhaseRecord]:
-    """Per device and step: from the end of its last ``grad scatter`` to its first ``reduce``."""
-    ends: dict[tuple[str, int], float] = {}
-    starts: dict[tuple[str, int], float] = {}
-    for r in records:
-        key = (r.device, r.step)
-        if r.phase == "grad scatter":
-            ends[key] = max(ends.get(key, r.end_ms), r.end_ms)
-        elif r.phase == "reduce":
-            starts[key] = min(starts.get(key, r.start_ms), r.start_ms)
-    keys = [k for k in sorted(ends.keys() & starts.keys()) if k[0] != HOST and starts[k] >= ends[k]]
-    return [PhaseRecord(d, "replica backward", ends[d, s], starts[d, s], s) for d, s in keys]
-
-
-def step_spans(timeline: Timeline) -> list[dict[str, Any]]:
-    """Per step, the raw numbers that say whether a timeline is self-consistent (ms).
-
-    ``span``: first start to last end over every row; ``device_span``: the same over the
-    device rows; ``device_lag``: from the host row's start to the first device row's;
-    ``previous_device_end``: when the devices finished the step before (a lag with
-    ``first_device_start`` near it means the host ran ahead of busy devices)."""
-    rows = []
-    previous_end = None
-    for step in timeline.steps():
-        recs = [r for r in timeline.records if r.step == step]
-        dev = [r for r in recs if r.device != HOST]
-        host = [r for r in recs if r.device == HOST]
-        row: dict[str, Any] = {
-            "step": step,
-            "span": max(r.end_ms for r in recs) - min(r.start_ms for r in recs),
-        }
-        if dev:
-            first, last = min(r.start_ms for r in dev), max(r.end_ms for r in dev)
-            row.update(device_span=last - first, first_device_start=first, last_device_end=last)
-            row["previous_device_end"] = previous_end
-            previous_end = last
-        if host:
-            row["host_start"] = min(r.start_ms for r in host)
-            if dev:
-                row["device_lag"] = row["first_device_start"] - row["host_start"]
-        rows.append(row)
-    return rows
 
 
 def step_times_ms(

@@ -102,6 +102,19 @@ def test_notebooks_are_stored_with_outputs():
             _assert_exercises(path.name, cells)
 
 
+def test_no_chapter_keeps_a_merge_tools_conflict_record():
+    """nbdime's merge writes the conflicts it could not resolve into cell metadata, where no
+    reader sees them and every later execution keeps them: none may be committed."""
+    kept = []
+    for path in sorted(BOOK.glob("*.ipynb")):
+        notebook = json.loads(path.read_text())
+        for where, metadata in [("notebook", notebook["metadata"])] + [
+            (f"cell {i}", c.get("metadata", {})) for i, c in enumerate(notebook["cells"])
+        ]:
+            kept += [f"{path.name} {where}: {k}" for k in metadata if k.startswith("nbdime")]
+    assert kept == [], "resolve the merge, then delete these metadata keys"
+
+
 GUIDES = {"teaching", "glossary"}  # the guide for instructors and the glossary: no exercises
 
 

@@ -134,8 +134,9 @@ def test_plain_nbconvert_shows_the_real_source(path):
     assert shown >= 1 or path.stem in NO_SOURCE, f"{path.name} shows none of the package's source"
 
 
-# A path that starts at the file system's root (not a URL's path, not a relative path).
-ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~-])/(?:[\w.@+~-]+/)+[\w.@+~-]+")
+# A path that starts at the file system's root (not a URL's path, not a relative path, not
+# the interpreter a printed script's "#!" line names for the machine that will run it).
+ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~!-])/(?:[\w.@+~-]+/)+[\w.@+~-]+")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 

@@ -18,8 +18,9 @@ import pytest
 
 from experiments import bench as cli
 from experiments import benchmark as bench
+from experiments.bench_report import UNLIKE, summary_table
 from learn_parallel.lab import provenance
-from learn_parallel.lab.timing import PHASES, Timeline
+from learn_parallel.lab.timeline import PHASES, Timeline
 
 ROOT = Path(__file__).resolve().parents[2]
 TOO_MANY = (
@@ -148,15 +149,15 @@ def test_every_row_says_where_it_ran_and_unlike_rows_get_no_ratio(quick_run):
     assert len(rows) == 2 * 9
     for (_, _, impl), columns in rows.items():
         if impl == "ddp":  # ran on, step ms, samples/s, ÷ torch DP, ÷ DDP
-            assert columns[:2] == ["CPU", "process"] and columns[-2:] == [cli.UNLIKE, "1.00"]
+            assert columns[:2] == ["CPU", "process"] and columns[-2:] == [UNLIKE, "1.00"]
         else:
-            assert columns[0] == "simulated" and columns[-1] == cli.UNLIKE
+            assert columns[0] == "simulated" and columns[-1] == UNLIKE
             float(columns[-2])  # a ratio to torch's DataParallel, which ran on the same kind
     assert "ran on 'simulated': simulated devices, threads of one process on the CPU (2 " in stdout
     assert "ran on 'CPU process': plain CPU processes, one per device, talking through gloo\n" in (
         stdout
     )
-    assert f"{cli.UNLIKE}: the two rows ran on different kinds of device; no ratio." in stdout
+    assert f"{UNLIKE}: the two rows ran on different kinds of device; no ratio." in stdout
 
 
 def test_the_plots_name_where_each_implementation_ran(quick_run):
@@ -203,11 +204,11 @@ def test_rows_of_one_kind_get_every_ratio():
     ]
     meta = {"hardware": {"label": "2 x H200"}, "clock": "host clock, GPUs synchronized"}
     report = {"groups": [group], "results": results, "meta": meta}
-    rows = _table_rows(cli.summary_table(report))
+    rows = _table_rows(summary_table(report))
     heading = "MLP  (host clock, GPUs synchronized)"
     assert rows[heading, 2, "learn_parallel"][-2:] == ["0.75", "1.50"]
     assert rows[heading, 2, "ddp"][-2:] == ["0.50", "1.00"]
-    assert cli.UNLIKE not in cli.summary_table(report)
+    assert UNLIKE not in summary_table(report)
 
 
 def test_the_plots_have_room_for_their_rows_and_legend(quick_run):

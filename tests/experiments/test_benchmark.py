@@ -14,7 +14,7 @@ import torch
 from experiments import benchmark as bench
 from learn_parallel.lab import steps
 from learn_parallel.lab.processes import RankFailed, share
-from learn_parallel.lab.timing import Timeline
+from learn_parallel.lab.timeline import Timeline
 from learn_parallel.lab.workloads import Workload
 
 QUICK_MLP = {"quick": True, "workloads": ["mlp"], "devices": [1, 2], "timeline_steps": 1}

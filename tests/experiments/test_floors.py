@@ -20,8 +20,8 @@ from torch import nn
 from experiments import floor_counts
 from experiments import floors as driver
 from learn_parallel.lab import floors, measure
-from learn_parallel.lab.ladder_rungs import DDP_ROWS, LADDER
-from learn_parallel.lab.timing import Hardware, PhaseRecord, Timeline
+from learn_parallel.lab.ladder_rungs import DDP_ROWS, MEASURED
+from learn_parallel.lab.timeline import Hardware, PhaseRecord, Timeline
 
 META = torch.device("meta")
 
@@ -58,6 +58,8 @@ def test_the_chapter_problems_mirror_their_measurement_functions(key):
         f"measure.{function} no longer builds its problem with {line!r}: update "
         f"experiments/floor_counts.py's {key!r} to match"
     )
+    counts = floor_counts.data_parallel_counts(floor_counts.chapter_problem(key), 2)
+    assert counts["rows"] == [2048, 2048]  # each chapter problem splits a batch of 4096 rows
 
 
 def test_the_driver_refuses_without_two_gpus_and_says_what_it_needs():
@@ -182,12 +184,22 @@ def test_the_table_says_what_bounds_each_bar(recorded):
 
 
 def test_a_rungs_step_floor_adds_what_its_design_does_not_overlap(recorded):
-    assert set(floors.STEP_PATH) == {r.name for r in LADDER} | set(DDP_ROWS)
+    # every row the ladder measures (its rungs and the reference) and DDP's rows
+    assert set(floors.STEP_PATH) == {r.name for r in MEASURED} | set(DDP_ROWS)
     kept, parts = recorded.step("mlp", 4, "kept_replicas")
     overlapped, _ = recorded.step("mlp", 4, "overlap_reduce")
     assert kept == pytest.approx(sum(parts.values()))
     assert kept - overlapped == pytest.approx(parts["reduce"])
     assert recorded.step("mlp", 4, "ddp")[0] == pytest.approx(parts["compute"])  # no buffers
+    # our forward around torch's replicate moves what torch's DataParallel moves, unoverlapped
+    assert recorded.step("mlp", 4, "our_forward") == (kept, parts)
+    assert recorded.step("mlp", 4, "torch_dp") == (kept, parts)
+    # the reference all-reduces after backward, as step_graphs does; nothing scattered (and
+    # this MLP has no buffers)
+    reference, by_part = recorded.step("mlp", 4, "one_thread_reference")
+    assert set(by_part) == {"compute", "buffers", "all-reduce"}
+    assert reference == pytest.approx(parts["compute"] + by_part["all-reduce"])
+    assert (reference, by_part) == recorded.step("mlp", 4, "step_graphs")
     assert recorded.step("mlp", 4, "no such rung") is None
     fields = recorded.record["counts"]["mlp"]["workload"]
     assert recorded.problem_for(fields | {"title": "a ladder's workload"}) == "mlp"

@@ -20,7 +20,8 @@ import torch
 
 from experiments.timeline_check import clock_alignment, make_step, workloads_for
 from learn_parallel.devices import Device, synchronize
-from learn_parallel.lab.timing import HOST, Recorder, step_spans
+from learn_parallel.lab.timeline import HOST, step_spans
+from learn_parallel.lab.timing import Recorder
 
 pytestmark = pytest.mark.gpu
 DEVICES = [Device("cuda", 0), Device("cuda", 1)]

@@ -19,15 +19,8 @@ from torch import nn
 import learn_parallel as lp
 from experiments import benchmark as bench
 from learn_parallel.lab import gather_probe, persistent_workers, records
-from learn_parallel.lab.timing import (
-    HOST,
-    Hardware,
-    PhaseRecord,
-    Recorder,
-    Timeline,
-    phase,
-    step_spans,
-)
+from learn_parallel.lab.timeline import HOST, Hardware, PhaseRecord, Timeline, step_spans
+from learn_parallel.lab.timing import Recorder, phase
 from learn_parallel.lab.trace import chrome_trace
 
 

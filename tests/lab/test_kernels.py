@@ -15,7 +15,7 @@ from torch.autograd import DeviceType
 
 from learn_parallel.devices import Device
 from learn_parallel.lab import kernels, trace
-from learn_parallel.lab.timing import Hardware, PhaseRecord, Timeline
+from learn_parallel.lab.timeline import Hardware, PhaseRecord, Timeline
 
 MS = 1_000_000  # ns
 

@@ -18,7 +18,8 @@ from torch import nn
 from learn_parallel import DataParallel, phases
 from learn_parallel.devices import Device
 from learn_parallel.lab.steps import train_step
-from learn_parallel.lab.timing import Hardware, PhaseRecord, Recorder, Timeline, phase
+from learn_parallel.lab.timeline import Hardware, PhaseRecord, Timeline
+from learn_parallel.lab.timing import Recorder, phase
 from learn_parallel.lab.workloads import Workload
 
 matplotlib.use("Agg")

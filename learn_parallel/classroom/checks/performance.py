@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from learn_parallel.classroom import exercise, grading
-from learn_parallel.lab.timing import Hardware, PhaseRecord, Timeline
+from learn_parallel.lab.timeline import Hardware, PhaseRecord, Timeline
 
 
 @exercise("perf-efficiency", "Parallel efficiency")
