@@ -82,9 +82,10 @@ def check_alike(values: Sequence[Any], path: str, verb: str = "gather") -> None:
         keys = [set(v.keys()) for v in values]
         if any(k != keys[0] for k in keys):
             differing = sorted(map(repr, set.union(*keys) - set.intersection(*keys)))
+            appear = "appears" if len(differing) == 1 else "appear"
             raise ValueError(
                 f"Cannot {verb} {path}: all dicts must have the same keys, but "
-                f"{', '.join(differing)} appear only in some replicas' outputs."
+                f"{', '.join(differing)} {appear} only in some replicas' outputs."
             )
     size = len(members(first) or [])
     if any(type(v) is not type(first) or len(members(v) or []) != size for v in values):

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from learn_parallel.lab.measurement import Measurement
-from learn_parallel.lab.timeline import PHASES, Timeline
+from learn_parallel.lab.timeline import HOST, PHASES, Timeline
 
 PHASE_COLORS = {
     "scatter": "#4C72B0",
@@ -61,7 +61,8 @@ def _phases_in(timeline: Timeline) -> list[str]:
 
 def _clock_note(timeline: Timeline) -> str:
     if timeline.hardware.device_type == "cuda":
-        return "GPU rows: CUDA event pairs (waits for launches included); host row: Python"
+        gpus = "GPU rows: CUDA event pairs (waits for launches included)"
+        return f"{gpus}; host row: host clock" if HOST in timeline.devices() else gpus
     if any(r.phase == "replica backward" for r in timeline.records):
         # CPU autograd runs every replica's backward in the calling thread, in turn.
         return "host clock; one autograd thread runs every replica's backward"
@@ -100,7 +101,7 @@ def plot_timeline(
                 ax.barh(
                     y, r.duration_ms, left=r.start_ms - origin, height=0.6, color=_color(r.phase)
                 )
-                if r.gpu_ms is not None:  # how much of the bar the GPU computed or copied
+                if r.gpu_ms is not None:  # a total: where in the bar it ran is not recorded
                     ax.barh(y + 0.22, r.gpu_ms, left=r.start_ms - origin, height=0.16, color="k")
     ax.set_yticks(range(len(rows)), rows)
     ax.set_ylim(len(rows) - 0.5, -0.5)  # first device on top, half a bar of room around
@@ -110,7 +111,7 @@ def plot_timeline(
     labels = list(phases)
     if any(r.gpu_ms is not None for r in records):
         handles.append(plt.Rectangle((0, 0), 1, 1, color="k"))
-        labels.append("GPU work in the bar\n(kernels, copies;\ntorch.profiler)")
+        labels.append("GPU work (profiler):\nits total, drawn from\nthe bar's start")
     ax.legend(handles, labels, **LEGEND_RIGHT)
     hw = timeline.hardware.label()
     what = title or "One training step, per device"

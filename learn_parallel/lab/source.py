@@ -102,7 +102,8 @@ def source_of(obj: Any, marker: str | None = None) -> Source:
     or a region inside a class is shown dedented; the line numbers stay those of the file.
     """
     if marker is None:
-        obj = resolve(obj) if isinstance(obj, str) else inspect.unwrap(obj)
+        # unwrap: a decorated function's file is where its `def` is, not the decorator's.
+        obj = inspect.unwrap(resolve(obj) if isinstance(obj, str) else obj)
         lines, first = inspect.getsourcelines(obj)
         path = Path(inspect.getsourcefile(obj) or "")
         return Source(_relative(path), first, textwrap.dedent("".join(lines)))

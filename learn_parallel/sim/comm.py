@@ -92,8 +92,9 @@ def broadcast_coalesced(
     if not (any_sim(tensors) or (_sim_is_accelerator() and not _any_cuda(tensors))):
         return ORIGINALS["broadcast_coalesced"](tensors, devices, buffer_size)
     # Below __torch_function__, where CUDA's C++ works: a lazy module's uninitialized
-    # parameters are copied as the empty tensors they are (torch's replicate then refuses
-    # the module with "Modules with uninitialized parameters").
+    # parameters are copied as the empty tensors they are. They get here only with
+    # detach=True (no_grad), and torch's replicate then refuses the module ("Modules with
+    # uninitialized parameters"); with gradients, its Broadcast's view_as refuses them first.
     with torch._C.DisableTorchFunctionSubclass():
         return _broadcast_coalesced(tensors, devices, buffer_size)
 

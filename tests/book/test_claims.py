@@ -195,7 +195,7 @@ NOT_MEASURED: list[tuple[str, str, str]] = [
     ("distributed", "1 MiB", "the bucket size the chapter chooses, a setting"),
     ("distributed", "0.3 MiB", "the bucket cap the live run passes, a setting"),
     ("ladder", "25 MB", "the bucket cap the rungs use, a setting"),
-    ("scatter", "4 MiB", "the size of the tensor the cell scatters (4096 x 256 floats)"),
+    ("scatter", "16 MiB", "the size of the batch the measurement scatters (4096 x 1024 floats)"),
     ("tuple_parallel", "8 MiB", "the size of the batch the cell builds"),
     ("tuple_parallel", "4 MiB", "the size of the scatter chapter's slice (1024 x 1024 floats)"),
     ("teaching", "60 s", "the grader's default --timeout per cell, a setting"),

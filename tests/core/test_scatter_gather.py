@@ -117,8 +117,11 @@ def test_gather_to_cpu():
 
 
 def test_gather_dicts_with_different_keys():
-    with pytest.raises(ValueError, match="all dicts must have the same keys, but 'b' appear"):
+    with pytest.raises(ValueError, match="same keys, but 'b' appears only in some replicas'"):
         lp.gather([{"a": torch.ones(1)}, {"a": torch.ones(1), "b": torch.ones(1)}], 0)
+    two_more = {"a": torch.ones(1), "b": torch.ones(1), "c": torch.ones(1)}
+    with pytest.raises(ValueError, match="same keys, but 'b', 'c' appear only in some"):
+        lp.gather([{"a": torch.ones(1)}, two_more], 0)
 
 
 def test_gather_mismatched_shapes_names_them():

@@ -87,3 +87,19 @@ def test_the_ladder_table_header_over_bench_times_names_the_bench_clock():
     label = bench["meta"]["hardware"]["label"]
     assert header == f"bench.json, recorded on {label} ({bridges.clock_of(bench)})"
     assert "CUDA events" not in header
+
+
+def test_a_timeline_title_names_a_host_row_only_where_there_is_one():
+    from learn_parallel.lab.plots import plot_timeline
+    from learn_parallel.lab.timeline import HOST as HOST_ROW
+    from learn_parallel.lab.timeline import Hardware, PhaseRecord, Timeline
+
+    gpus = [PhaseRecord("cuda:0", "forward", 0.0, 2.0, 0, gpu_ms=0.5)]
+    host = [PhaseRecord(HOST_ROW, "forward", 0.0, 1.0, 0)]
+    hardware = Hardware("cuda", 1, ["GPU"], "x")
+    for rows, named in ((gpus, False), (gpus + host, True)):
+        ax = plot_timeline(Timeline(hardware, rows, {})).axes[0]
+        assert ("host row" in ax.get_title()) is named, ax.get_title()
+        # The strip's length is the GPU work; its place in the bar is not recorded.
+        strip = [t.get_text() for t in ax.get_legend().get_texts()][-1]
+        assert strip.endswith("its total, drawn from\nthe bar's start"), strip

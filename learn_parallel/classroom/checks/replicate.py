@@ -12,7 +12,8 @@ from learn_parallel.classroom.tools import machine, spy
 
 
 def measured_extra_bytes(model: nn.Module, ids: list[int]) -> int:
-    """What replicate really allocated: storages no other tensor had before."""
+    """What the replicas keep once replicate returns: their tensors at addresses no tensor of
+    the model had (flat buffers made on the way and freed are not counted)."""
     seen = {t.data_ptr() for t in [*model.parameters(), *model.buffers()]}
     new = {}
     for replica in lp.replicate(model, ids):
