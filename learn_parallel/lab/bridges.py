@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
-from learn_parallel.lab.measurement import HOST, HOST_SYNCED
+from learn_parallel.lab.measurement import HOST, HOST_RETURNED, HOST_SYNCED
 from learn_parallel.lab.spread import Spread, compare
 from learn_parallel.lab.timeline import Timeline
 
@@ -91,6 +91,11 @@ def clock_of(report: dict[str, Any]) -> str:
     return meta.get("clock") or (HOST if simulated else HOST_SYNCED)
 
 
+def replicate_clock(report: dict[str, Any]) -> str:
+    """What timed a clone set's ``replicate_host_ms`` (older files name none: the same timer)."""
+    return report.get("replicate_clock", HOST_RETURNED)
+
+
 def _hardware(report: dict[str, Any]) -> str:
     return f"{report['hardware']['label']} ({clock_of(report)})"
 
@@ -145,11 +150,12 @@ def plot_strategies(reports: Sequence[tuple[str, dict[str, Any]]]) -> Figure:
             left.bar(xs, host, width, label=strategy)
             right.bar(xs, step, width, label=strategy)
         titles = [report["workloads"][k]["title"].split(",")[0] for k in kinds]
-        for ax, what in ((left, "host time of one replicate (ms)"), (right, "step time (ms)")):
+        panels = ((left, "host time of one replicate (ms)", replicate_clock(report)),)
+        for ax, what, clock in (*panels, (right, "step time (ms)", clock_of(report))):
             ax.set_xticks(range(len(kinds)), titles)
             ax.set_ylabel(what)
             ax.legend(frameon=False)
-            ax.set_title(f"{where}: {_hardware(report)}", fontsize=9)
+            ax.set_title(f"{where}: {report['hardware']['label']} ({clock})", fontsize=9)
     return fig
 
 
@@ -204,7 +210,7 @@ def ladder_table(report: dict[str, Any]) -> str:
                 line += f", {verdict(r, ddp)} vs ddp"
             lines.append(line)
         for name, ms in report.get("replicate_host_ms", {}).get(kind, {}).items():
-            lines.append(f"  replicate host time, {name:<10} {ms:8.3f} ms")
+            lines.append(f"  one replicate, {name:<10} {ms:8.3f} ms ({replicate_clock(report)})")
     return "\n".join(lines)
 
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable, Sequence
 
@@ -26,6 +27,9 @@ from learn_parallel.lab.measurement import (
 )
 from learn_parallel.lab.timeline import describe_hardware
 from learn_parallel.variants.tuple_parallel import TupleParallel, split_batch
+
+# peak_memory's classifier by default: (rows, classes, width) on GPUs and on simulated devices.
+SIZES = {"cuda": (8192, 32000, 1024), "sim": (4096, 2000, 128)}
 
 
 def _time_both_wrappers(
@@ -105,9 +109,8 @@ def peak_memory(
     """
     devs = devices_of(devices)
     on_gpus = devs[0].type == "cuda"
-    rows = rows or (8192 if on_gpus else 4096)
-    classes = classes or (32000 if on_gpus else 2000)
-    width = width or (1024 if on_gpus else 128)
+    default = SIZES["cuda" if on_gpus else "sim"]
+    rows, classes, width = rows or default[0], classes or default[1], width or default[2]
     memory = torch.cuda if on_gpus else sim
     source = devs[0].torch_device
     ids = [d.index for d in devs]
@@ -147,11 +150,19 @@ def peak_memory(
     uses_clock("torch.cuda.max_memory_allocated" if on_gpus else "bytes of live tensors")
     return Measurement(
         "peak_memory",
-        f"Extra memory at the peak of one step: {rows} rows, {classes} logits each"
-        + ("" if width == 1024 else f" (from {width} features)"),
+        f"Extra memory at the peak of one step: {rows} rows of {width} features, {classes} logits"
+        " each",
         "device",
         "peak memory above the model (MiB)",
         [str(d) for d in devs],
         series,
         describe_hardware(devs).label(),
     )
+
+
+def peak_memory_sizes(title: str) -> tuple[int, int, int]:
+    """(rows, classes, width) of the classifier a `peak_memory` title names. Titles before
+    they named the width always named it where it was not the GPU default."""
+    parts = r"(\d+) rows(?: of (\d+) features)?, (\d+) logits each(?: \(from (\d+) features\))?"
+    rows, width, classes, older = re.search(parts, title).groups()
+    return int(rows), int(classes), int(width or older or SIZES["cuda"][2])

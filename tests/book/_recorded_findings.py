@@ -16,10 +16,9 @@ DATA_PARALLELS = ("learn_parallel", "torch_dp")
 
 
 def _recorded():
-    from learn_parallel.lab.chapter import RECORDED_MACHINE
     from learn_parallel.lab.measure import load_recorded
 
-    return load_recorded(RECORDED_MACHINE)
+    return load_recorded()  # the machine the chapters read (lab.chapter.RECORDED)
 
 
 def _each(name: str) -> list[dict]:

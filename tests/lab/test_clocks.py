@@ -87,3 +87,20 @@ def test_the_ladder_table_header_over_bench_times_names_the_bench_clock():
     label = bench["meta"]["hardware"]["label"]
     assert header == f"bench.json, recorded on {label} ({bridges.clock_of(bench)})"
     assert "CUDA events" not in header
+
+
+def test_the_clone_panels_name_their_own_clocks():
+    # The left panel is replicate_host_ms (until replicate returns), the right whole steps.
+    report = {
+        "hardware": {"label": "2 test devices", "device_type": "sim"},
+        "workloads": {"mlp": {"title": "MLP, batch 8"}},
+        "rows": [
+            {"workload": "mlp", "rung": r, "step_ms": 1.0, "status": "ok"}
+            for r in ("broadcast", "clone")
+        ],
+        "replicate_host_ms": {"mlp": {"broadcast": 0.1, "clone": 0.2}},
+    }
+    left, right = (ax.get_title() for ax in bridges.plot_strategies([("here", report)]).axes)
+    assert left == f"here: 2 test devices ({measurement.HOST_RETURNED})"
+    assert right == f"here: 2 test devices ({HOST})"
+    assert f"({measurement.HOST_RETURNED})" in bridges.ladder_table(report | {"set": "clone"})
