@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Callable, Sequence
 
@@ -28,7 +27,7 @@ from learn_parallel.lab.measurement import (
 from learn_parallel.lab.timeline import describe_hardware
 from learn_parallel.variants.tuple_parallel import TupleParallel, split_batch
 
-# peak_memory's classifier by default: (rows, classes, width) on GPUs and on simulated devices.
+# peak_memory's classifier by default, (rows, classes, width): on GPUs, on simulated devices
 SIZES = {"cuda": (8192, 32000, 1024), "sim": (4096, 2000, 128)}
 
 
@@ -158,11 +157,3 @@ def peak_memory(
         series,
         describe_hardware(devs).label(),
     )
-
-
-def peak_memory_sizes(title: str) -> tuple[int, int, int]:
-    """(rows, classes, width) of the classifier a `peak_memory` title names. Titles before
-    they named the width always named it where it was not the GPU default."""
-    parts = r"(\d+) rows(?: of (\d+) features)?, (\d+) logits each(?: \(from (\d+) features\))?"
-    rows, width, classes, older = re.search(parts, title).groups()
-    return int(rows), int(classes), int(width or older or SIZES["cuda"][2])

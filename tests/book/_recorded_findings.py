@@ -41,7 +41,7 @@ def _counts(steps: dict) -> list[int]:
     return sorted({n for _, n in steps if n > 1})
 
 
-def ddp_fastest_and_alone_in_scaling() -> bool:
+def ddp_beats_both_and_keeps_scaling() -> bool:
     """DDP beats both DataParallels at every count above one; from each count to the next,
     DDP's step shrinks and both DataParallels' steps grow."""
     for group in WORKLOADS:
@@ -59,6 +59,19 @@ def ddp_fastest_and_alone_in_scaling() -> bool:
             ):
                 return False
     return bool(counts)
+
+
+def replicated_step_keeps_shrinking() -> bool:
+    """ReplicatedStep's step is faster at each count than at the count before, both workloads."""
+    checked = 0
+    for group in WORKLOADS:
+        steps = _steps(group)
+        counts = sorted(n for impl, n in steps if impl == "replicated")
+        for before, n in zip(counts, counts[1:]):
+            checked += 1
+            if compare(steps["replicated", n], steps["replicated", before], "middle") != "faster":
+                return False
+    return checked > 0
 
 
 def learn_parallel_beats_torch_on_resnet() -> bool:
@@ -183,6 +196,20 @@ def persistent_workers_beat_new_threads() -> bool:
 def clone_costs_more_host_time() -> bool:
     found = [ms for clone in _each("clone.json") for ms in clone["replicate_host_ms"].values()]
     return bool(found) and all(ms["clone"] > ms["broadcast"] for ms in found)
+
+
+def clone_step_slower() -> bool:
+    """In every clone set, clone's step is slower than broadcast's by the ladder's verdict."""
+    from learn_parallel.lab.bridges import verdict
+
+    found = 0
+    for clone in _each("clone.json"):
+        rows = {(r["workload"], r["rung"]): r for r in clone["rows"]}
+        for kind in clone["workloads"]:
+            found += 1
+            if verdict(rows[kind, "clone"], rows[kind, "broadcast"]) != "slower":
+                return False
+    return found > 0
 
 
 def replicate_bars_mostly_waiting() -> bool:
