@@ -159,6 +159,17 @@ def fresh_threads_cost_most_on_resnet_with_benchmark() -> bool:
     }
 
 
+def fresh_threads_pay_host_time_in_the_convolution() -> bool:
+    """With cudnn.benchmark off, the profiled cuDNN convolution has as many calls and the same
+    GPU time (within a tenth) in both runners, and over five times the CPU time in fresh ones."""
+    (workers,) = _each("persistent_workers.json")
+    events = workers["profile"]["events"]
+    fresh = events["fresh threads, cudnn.benchmark off"]["aten::cudnn_convolution"]
+    kept = events["persistent, cudnn.benchmark off"]["aten::cudnn_convolution"]
+    same_gpu = abs(fresh["gpu_us"] - kept["gpu_us"]) <= 0.1 * kept["gpu_us"]
+    return fresh["count"] == kept["count"] and same_gpu and fresh["cpu_us"] > 5 * kept["cpu_us"]
+
+
 def caller_thread_slower_on_resnet() -> bool:
     runs = _workers()
     caller, kept = (

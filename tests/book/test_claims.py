@@ -165,6 +165,13 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "performance",
+        "the same convolution\ncalls, with the same GPU time when `cudnn.benchmark` is off, "
+        "cost many times the host time\nwhen they are made from fresh threads",
+        findings.fresh_threads_pay_host_time_in_the_convolution,
+        WORKERS + ": its profile",
+    ),
+    Claim(
+        "performance",
         "With the recorder on, both workloads' steps are a tie with the bare ones",
         findings.recorder_ties_bare_step,
         "recorder_cost.json",
