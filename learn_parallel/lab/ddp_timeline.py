@@ -85,7 +85,7 @@ def bench_worker(rank: int, world: int, config: dict[str, Any]) -> dict[str, Any
 
 def _rank_timeline(step: Any, device: torch.device, rank: int, steps: int) -> list[dict]:
     """A few recorded steps on this rank's row, on the host clock every process shares
-    (CUDA events on GPUs: the all-reduces marked on DDP's communication stream)."""
+    (CUDA events on GPUs: the all-reduces marked on our DDP's side stream)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     dist.barrier()
@@ -245,7 +245,7 @@ def plot_ranks(timeline: Timeline, step: int | None = None, title: str = "", ax:
     hw = timeline.hardware
     clock = "host clock, shared by the processes"
     if hw.device_type == "cuda":
-        clock = "CUDA events (all-reduce: on DDP's communication stream)"
+        clock = "CUDA events (all-reduce: on our DDP's side stream, _comm_stream)"
     what = title or "learn_parallel.DistributedDataParallel, one step per rank"
     ax.set_title(f"{what}\n{hw.label(clock=TRANSPORT[hw.device_type])}; {clock}", fontsize=10)
     return ax.figure

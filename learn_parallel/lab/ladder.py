@@ -30,7 +30,7 @@ from learn_parallel.lab import provenance, trace
 from learn_parallel.lab.ddp_timeline import choose_backend
 from learn_parallel.lab.kernels import ProfiledPass
 from learn_parallel.lab.ladder_rungs import CLONE_SET, DDP_ROWS, LADDER, LR, MEASURED, SEED, Rung
-from learn_parallel.lab.measurement import synced_clock
+from learn_parallel.lab.measurement import HOST_RETURNED, synced_clock
 from learn_parallel.lab.steps import failure_becomes_row, record_timeline
 from learn_parallel.lab.timeline import HOST, Timeline, describe_hardware
 from learn_parallel.lab.timing import step_times_ms
@@ -107,7 +107,8 @@ def _remade(rung: Rung, workload: Workload, devices: list) -> Callable[[], Any]:
 
 
 def replicate_host_ms(workload: Workload, count: int, repeats: int = 20) -> dict[str, float]:
-    """Median host time of one replicate call per strategy (no synchronize inside the timing)."""
+    """Median host time of one replicate call per strategy, until it returns (`HOST_RETURNED`:
+    no synchronize inside the timing; every device synchronized between calls)."""
     trace.refuse_after_profiler("Timing replicate")
     devices = resolve_devices(list(range(count)))
     model = build_model(workload).to(devices[0].torch_device)
@@ -244,6 +245,7 @@ def run(
         "repeats": repeats,
         "rows": [rows[key] for key in rows],
         "replicate_host_ms": host,
+        "replicate_clock": HOST_RETURNED,  # replicate_host_ms's timer: not the steps' clock
         "duration_s": round(time.perf_counter() - started, 1),
     }
     report = provenance.stamp(report, f"{which}.json")

@@ -93,7 +93,7 @@ LADDER = (
         "torch_dp",
         "torch.nn.DataParallel: a fresh thread per replica every step, torch's replicate",
         "none",
-        True,
+        False,
         wrapped(torch.nn.DataParallel),
     ),
     Rung(
@@ -101,7 +101,7 @@ LADDER = (
         "torch.nn.DataParallel with only its parallel_apply swapped for ours: one "
         "long-lived worker thread per device instead of a fresh thread per replica",
         "none",
-        True,
+        False,
         wrapped(TorchWithOurWorkers),
         "torch_dp",
     ),
@@ -111,7 +111,7 @@ LADDER = (
         "its source-device check, scatter and gather (and its phase marks, idle when "
         "nothing records); torch's replicate still rebuilds every module each step",
         "none",
-        True,
+        False,
         wrapped(TorchReplicateDataParallel),
         "persistent_workers",
     ),
@@ -136,7 +136,7 @@ LADDER = (
     ),
     Rung(
         "overlap_reduce",
-        "gradients summed onto device 0 in ~25 MB buckets as soon as every "
+        "gradients summed onto device 0 in ~25 MiB buckets as soon as every "
         "replica has produced them, while backward still runs",
         f"{ALL}, plus forward and backward on the same CUDA streams",
         False,
@@ -158,8 +158,8 @@ LADDER = (
         "own_optimizers",
         "every device keeps its replica's weights and its own optimizer; "
         "after backward one in-process all-reduce per dtype sums the gradients on every "
-        "device; only the buffers come from device 0 (broadcast before each forward, as DDP "
-        "does)",
+        "device; only the buffers come from device 0 (broadcast before each forward; DDP's "
+        "default does so before a forward that follows a training forward)",
         "every trainable parameter gets a gradient every step (as DDP requires)",
         False,
         replicated(overlap=False, per_device_inputs=False),
@@ -167,7 +167,7 @@ LADDER = (
     ),
     Rung(
         "all_reduce_in_backward",
-        "gradients all-reduced in ~25 MB buckets, each launched as "
+        "gradients all-reduced in ~25 MiB buckets, each launched as "
         "soon as every device has produced it, while backward still runs",
         ALL,
         False,

@@ -27,6 +27,9 @@ from learn_parallel.lab.measurement import (
 from learn_parallel.lab.timeline import describe_hardware
 from learn_parallel.variants.tuple_parallel import TupleParallel, split_batch
 
+# peak_memory's classifier by default, (rows, classes, width): on GPUs, on simulated devices
+SIZES = {"cuda": (8192, 32000, 1024), "sim": (4096, 2000, 128)}
+
 
 def _time_both_wrappers(
     devs: Sequence[Device], rows: int, width: int, rounds: int = 5
@@ -105,9 +108,8 @@ def peak_memory(
     """
     devs = devices_of(devices)
     on_gpus = devs[0].type == "cuda"
-    rows = rows or (8192 if on_gpus else 4096)
-    classes = classes or (32000 if on_gpus else 2000)
-    width = width or (1024 if on_gpus else 128)
+    default = SIZES["cuda" if on_gpus else "sim"]
+    rows, classes, width = rows or default[0], classes or default[1], width or default[2]
     memory = torch.cuda if on_gpus else sim
     source = devs[0].torch_device
     ids = [d.index for d in devs]
@@ -147,8 +149,8 @@ def peak_memory(
     uses_clock("torch.cuda.max_memory_allocated" if on_gpus else "bytes of live tensors")
     return Measurement(
         "peak_memory",
-        f"Extra memory at the peak of one step: {rows} rows, {classes} logits each"
-        + ("" if width == 1024 else f" (from {width} features)"),
+        f"Extra memory at the peak of one step: {rows} rows of {width} features, {classes} logits"
+        " each",
         "device",
         "peak memory above the model (MiB)",
         [str(d) for d in devs],

@@ -26,6 +26,7 @@ from learn_parallel.lab.timing import step_times_ms
 EVENTS = "CUDA events"
 HOST = "host clock"
 HOST_SYNCED = "host clock, GPUs synchronized"  # whole calls, every GPU idle before and after
+HOST_RETURNED = "host clock, until the call returns"  # its GPU work enqueued, not awaited
 _clocks: list[str] | None = None  # the clocks the running measurement's timers read
 
 

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from learn_parallel.lab.measurement import Measurement
-from learn_parallel.lab.timeline import HOST, PHASES, Timeline
+from learn_parallel.lab.timeline import HOST, PHASES, Timeline, phase_totals
 
 PHASE_COLORS = {
     "scatter": "#4C72B0",
@@ -28,6 +28,10 @@ PHASE_COLORS = {
     "replica backward": "#937860",
     "reduce": "#E0A020",
     "optimizer": "#DA8BC3",
+    "all-reduce": "#E17C05",  # ReplicatedStep's and DDP's
+    "broadcast buffers": "#A0522D",
+    "forward+backward graph": "#2E7D32",
+    "optimizer graph": "#A0448C",
 }
 IMPLEMENTATION_LABELS = {
     "single": "one device, no wrapper",
@@ -119,31 +123,21 @@ def plot_timeline(
     return ax.figure
 
 
-def phase_totals(timeline: Timeline, steps: Sequence[int] | None = None) -> dict[str, dict]:
-    """Mean milliseconds per step spent in each phase, per row: ``{row: {phase: ms}}``."""
-    steps = timeline.steps() if steps is None else list(steps)
-    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for r in timeline.records:
-        if r.step in steps:
-            totals[r.device][r.phase] += r.duration_ms / len(steps)
-    return {row: dict(by_phase) for row, by_phase in totals.items()}
-
-
 def plot_phase_breakdown(
-    timeline: Timeline,
-    steps: Sequence[int] | None = None,
-    title: str | None = None,
-    ax: Any = None,
+    timeline: Timeline, steps: Sequence[int] | None = None, title: str | None = None, ax: Any = None
 ) -> Figure:
-    """Stacked bars: the mean time per step each device spends in each phase."""
-    totals = phase_totals(timeline, steps)
+    """Stacked bars: the mean time per step each device spends in each phase, each moment
+    once: a phase that holds others (backward) stacks only its time outside them."""
+    totals, whole = phase_totals(timeline, steps, own=True), phase_totals(timeline, steps)
     rows = [d for d in timeline.devices() if d in totals]
     phases = _phases_in(timeline)
     ax = axes_or_new(ax, figure_height(len(rows), len(phases)))
     left = [0.0] * len(rows)
     for p in phases:
         widths = [totals[row].get(p, 0.0) for row in rows]
-        ax.barh(range(len(rows)), widths, left=left, height=0.6, color=_color(p), label=p)
+        held = any(round(whole[row].get(p, 0.0) - w, 6) for row, w in zip(rows, widths))
+        label = f"{p}, outside the phases it holds" if held else p
+        ax.barh(range(len(rows)), widths, left=left, height=0.6, color=_color(p), label=label)
         left = [a + b for a, b in zip(left, widths)]
     for y, total in enumerate(left):
         ax.text(total, y, f" {total:.1f} ms", va="center", fontsize=9)

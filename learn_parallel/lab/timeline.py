@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -152,6 +153,36 @@ def replica_backward(records: Sequence[PhaseRecord]) -> list[PhaseRecord]:
             starts[key] = min(starts.get(key, r.start_ms), r.start_ms)
     keys = [k for k in sorted(ends.keys() & starts.keys()) if k[0] != HOST and starts[k] >= ends[k]]
     return [PhaseRecord(d, "replica backward", ends[d, s], starts[d, s], s) for d, s in keys]
+
+
+def own_ms(bar: PhaseRecord, records: Sequence[PhaseRecord]) -> float:
+    """The part of ``bar`` outside the shorter bars nested in it on its row in its step
+    (backward holds grad scatter, replica backward and reduce): each moment counted once."""
+    row = [r for r in records if (r.device, r.step) == (bar.device, bar.step)]
+    inside = sorted(
+        (r.start_ms, r.end_ms)
+        for r in row
+        if r.duration_ms < bar.duration_ms and bar.start_ms <= r.start_ms <= r.end_ms <= bar.end_ms
+    )
+    covered, reached = 0.0, bar.start_ms
+    for start, end in inside:
+        covered += max(0.0, end - max(start, reached))
+        reached = max(reached, end)
+    return bar.duration_ms - covered
+
+
+def phase_totals(
+    timeline: Timeline, steps: Sequence[int] | None = None, own: bool = False
+) -> dict[str, dict]:
+    """Mean milliseconds per step spent in each phase, per row: ``{row: {phase: ms}}``. With
+    ``own``, a bar counts only its time outside the bars nested in it (`own_ms`)."""
+    steps = timeline.steps() if steps is None else list(steps)
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for r in timeline.records:
+        if r.step in steps:
+            ms = own_ms(r, timeline.records) if own else r.duration_ms
+            totals[r.device][r.phase] += ms / len(steps)
+    return {row: dict(by_phase) for row, by_phase in totals.items()}
 
 
 def step_spans(timeline: Timeline) -> list[dict[str, Any]]:

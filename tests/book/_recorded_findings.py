@@ -16,10 +16,9 @@ DATA_PARALLELS = ("learn_parallel", "torch_dp")
 
 
 def _recorded():
-    from learn_parallel.lab.chapter import RECORDED_MACHINE
     from learn_parallel.lab.measure import load_recorded
 
-    return load_recorded(RECORDED_MACHINE)
+    return load_recorded()  # the machine the chapters read (lab.chapter.RECORDED)
 
 
 def _each(name: str) -> list[dict]:
@@ -42,7 +41,7 @@ def _counts(steps: dict) -> list[int]:
     return sorted({n for _, n in steps if n > 1})
 
 
-def ddp_fastest_and_alone_in_scaling() -> bool:
+def ddp_beats_both_and_keeps_scaling() -> bool:
     """DDP beats both DataParallels at every count above one; from each count to the next,
     DDP's step shrinks and both DataParallels' steps grow."""
     for group in WORKLOADS:
@@ -60,6 +59,19 @@ def ddp_fastest_and_alone_in_scaling() -> bool:
             ):
                 return False
     return bool(counts)
+
+
+def replicated_step_keeps_shrinking() -> bool:
+    """ReplicatedStep's step is faster at each count than at the count before, both workloads."""
+    checked = 0
+    for group in WORKLOADS:
+        steps = _steps(group)
+        counts = sorted(n for impl, n in steps if impl == "replicated")
+        for before, n in zip(counts, counts[1:]):
+            checked += 1
+            if compare(steps["replicated", n], steps["replicated", before], "middle") != "faster":
+                return False
+    return checked > 0
 
 
 def learn_parallel_beats_torch_on_resnet() -> bool:
@@ -147,6 +159,17 @@ def fresh_threads_cost_most_on_resnet_with_benchmark() -> bool:
     }
 
 
+def fresh_threads_pay_host_time_in_the_convolution() -> bool:
+    """With cudnn.benchmark off, the profiled cuDNN convolution has as many calls and the same
+    GPU time (within a tenth) in both runners, and over five times the CPU time in fresh ones."""
+    (workers,) = _each("persistent_workers.json")
+    events = workers["profile"]["events"]
+    fresh = events["fresh threads, cudnn.benchmark off"]["aten::cudnn_convolution"]
+    kept = events["persistent, cudnn.benchmark off"]["aten::cudnn_convolution"]
+    same_gpu = abs(fresh["gpu_us"] - kept["gpu_us"]) <= 0.1 * kept["gpu_us"]
+    return fresh["count"] == kept["count"] and same_gpu and fresh["cpu_us"] > 5 * kept["cpu_us"]
+
+
 def caller_thread_slower_on_resnet() -> bool:
     runs = _workers()
     caller, kept = (
@@ -184,6 +207,20 @@ def persistent_workers_beat_new_threads() -> bool:
 def clone_costs_more_host_time() -> bool:
     found = [ms for clone in _each("clone.json") for ms in clone["replicate_host_ms"].values()]
     return bool(found) and all(ms["clone"] > ms["broadcast"] for ms in found)
+
+
+def clone_step_slower() -> bool:
+    """In every clone set, clone's step is slower than broadcast's by the ladder's verdict."""
+    from learn_parallel.lab.bridges import verdict
+
+    found = 0
+    for clone in _each("clone.json"):
+        rows = {(r["workload"], r["rung"]): r for r in clone["rows"]}
+        for kind in clone["workloads"]:
+            found += 1
+            if verdict(rows[kind, "clone"], rows[kind, "broadcast"]) != "slower":
+                return False
+    return found > 0
 
 
 def replicate_bars_mostly_waiting() -> bool:

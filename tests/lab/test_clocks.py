@@ -103,3 +103,20 @@ def test_a_timeline_title_names_a_host_row_only_where_there_is_one():
         # The strip's length is the GPU work; its place in the bar is not recorded.
         strip = [t.get_text() for t in ax.get_legend().get_texts()][-1]
         assert strip.endswith("its total, drawn from\nthe bar's start"), strip
+
+
+def test_the_clone_panels_name_their_own_clocks():
+    # The left panel is replicate_host_ms (until replicate returns), the right whole steps.
+    report = {
+        "hardware": {"label": "2 test devices", "device_type": "sim"},
+        "workloads": {"mlp": {"title": "MLP, batch 8"}},
+        "rows": [
+            {"workload": "mlp", "rung": r, "step_ms": 1.0, "status": "ok"}
+            for r in ("broadcast", "clone")
+        ],
+        "replicate_host_ms": {"mlp": {"broadcast": 0.1, "clone": 0.2}},
+    }
+    left, right = (ax.get_title() for ax in bridges.plot_strategies([("here", report)]).axes)
+    assert left == f"here: 2 test devices ({measurement.HOST_RETURNED})"
+    assert right == f"here: 2 test devices ({HOST})"
+    assert f"({measurement.HOST_RETURNED})" in bridges.ladder_table(report | {"set": "clone"})

@@ -212,6 +212,29 @@ def test_phase_totals_average_over_steps():
     assert totals == {"sim:0": {"forward": 3.0, "backward": 0.5}}
 
 
+def test_the_phase_breakdown_counts_nested_phases_once():
+    # backward (10 ms) holds grad scatter, replica backward and reduce (9 ms in all): its own
+    # time is the 1 ms its parts leave, so the stacked bars add up to the row's 10 ms.
+    hw = Hardware("sim", 1, ["simulated CPU device"], "x")
+    records = [
+        PhaseRecord("sim:0", "backward", 0.0, 10.0, 0),
+        PhaseRecord("sim:0", "grad scatter", 0.0, 1.0, 0),
+        PhaseRecord("sim:0", "replica backward", 1.0, 7.0, 0),
+        PhaseRecord("sim:0", "reduce", 7.0, 9.0, 0),
+    ]
+    from learn_parallel.lab.plots import phase_totals, plot_phase_breakdown
+
+    timeline = Timeline(hw, records, {"sim:0": "host"})
+    own = phase_totals(timeline, own=True)["sim:0"]
+    assert own == {"backward": 1.0, "grad scatter": 1.0, "replica backward": 6.0, "reduce": 2.0}
+    assert phase_totals(timeline)["sim:0"]["backward"] == 10.0
+    ax = plot_phase_breakdown(timeline).axes[0]
+    assert [t.get_text() for t in ax.texts] == [" 10.0 ms"]  # the row's total, once
+    labels = ax.get_legend_handles_labels()[1]
+    assert "backward, outside the phases it holds" in labels and "reduce" in labels
+    matplotlib.pyplot.close(ax.figure)
+
+
 def test_step_times_are_one_per_timed_step_after_the_untimed_warmup():
     from learn_parallel.lab.timing import step_times_ms
 

@@ -66,10 +66,12 @@ def _loss_and_gradients(fn, net: nn.Module, outputs, y: torch.Tensor) -> dict:
     with Moves() as moves, forbid((torch, "cat"), *learn_parallel_functions()):
         loss = fn(outputs, y)
     moved = [tuple(s) for s in moves.moved_non_scalars_with_grad()]
-    if moved or not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-        return {"moved": moved, "loss": loss, "grads": None}
+    graph = isinstance(loss, torch.Tensor) and loss.requires_grad  # read here: data has no graph
+    if moved or not graph or loss.dim() != 0:
+        return {"moved": moved, "loss": loss, "graph": graph, "grads": None}
     loss.backward()
-    return {"moved": moved, "loss": loss, "grads": [_grad(p) for p in net.parameters()]}
+    grads = [_grad(p) for p in net.parameters()]
+    return {"moved": moved, "loss": loss, "graph": graph, "grads": grads}
 
 
 def _grad(tensor: torch.Tensor) -> torch.Tensor:
@@ -89,11 +91,16 @@ def per_device_loss(fn) -> str:
         answer = observe(_loss_and_gradients, fn, net, outputs, y)
         loss, moved = answer["loss"], answer["moved"]
         assert not moved, (
-            f"{rows} rows: whole outputs of shape {tuple(moved[0])} were copied between devices; "
-            f"compute on each device and move only scalars"
+            f"{rows} rows: output pieces of shape {tuple(moved[0])} were copied between devices; "
+            "move no piece of the outputs: only the target slices out and the per-device sums back"
         )
         expected = nn.functional.mse_loss(net(x), y)
+        assert isinstance(loss, torch.Tensor), f"return a tensor, not {type(loss).__name__}"
         assert loss.dim() == 0 and loss.device == y.device, "return a 0-dim tensor on y's device"
+        assert answer["graph"], (
+            f"{rows} rows: the loss has no graph back to the outputs (backward could not reach "
+            "the model): compute it from the output pieces, without .item() or a new tensor"
+        )
         assert torch.allclose(loss, expected, atol=1e-6), (
             f"{rows} rows: loss {loss.item():.5f}, expected {expected.item():.5f}"
         )

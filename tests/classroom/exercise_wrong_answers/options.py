@@ -47,6 +47,12 @@ def per_device_loss(outputs, targets):
     means = [nn.functional.mse_loss(o, t.to(o.device)) for o, t in zip(outputs, slices)]
     return sum(m.to(targets.device) for m in means) / len(means)
 """,
+        "the right value through .item(): no graph back to the outputs": """
+def per_device_loss(outputs, targets):
+    slices = targets.split([len(o) for o in outputs])
+    total = sum(((o - t.to(o.device)) ** 2).sum().item() for o, t in zip(outputs, slices))
+    return torch.tensor(total / targets.numel(), device=targets.device)
+""",
         "copies every output piece to the targets' device": """
 def per_device_loss(outputs, targets):
     slices = targets.split([len(o) for o in outputs])
