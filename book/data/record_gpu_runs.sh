@@ -24,7 +24,8 @@
 #   trace        Perfetto traces of two ResNet-18 steps (learn_parallel, torch's DataParallel)
 #   profilertax  steps timed after a profiler ran vs in a clean process (book/data/README.md)
 #   notebooks    every chapter executed unchanged, JOBS at a time (needs nbclient, ipykernel)
-# TORCHRUN_ARGS and PROFILERTAX_ARGS add options to those two parts (--counts 4 --repeats 2...).
+# LADDER_ARGS, TORCHRUN_ARGS and PROFILERTAX_ARGS add options to those parts (--no-gpu-work,
+# --counts 4 --repeats 2 ...).
 # book/data/README.md says which runs made the shipped recordings, and how to record again.
 set -uo pipefail
 out=${1:?usage: record_gpu_runs.sh OUTDIR}
@@ -66,7 +67,8 @@ has measure && run measure-repeat 400 python -m experiments.measure --out "$logs
 has chain && run chain 300 python -m experiments.chain_bench --out "$rec"
 has bench && run bench 560 python -m experiments.bench --devices "$devices" --no-progress \
   --out "$logs/bench" && cp "$logs/bench/bench.json" "$rec/"
-has ladder && run ladder 560 python -m experiments.ladder --set ladder --devices "$ngpu" --out "$rec"
+has ladder && run ladder 560 python -m experiments.ladder --set ladder --devices "$ngpu" --out "$rec" \
+  ${LADDER_ARGS:-}
 has clone && run clone 240 python -m experiments.ladder --set clone --devices "$ngpu" --out "$rec"
 has ddp && run ddp 200 python -m experiments.ddp_timeline --out "$rec" --world "$ngpu" --steps 30 --timeout 150
 has workers && run workers 240 python -m experiments.persistent_workers --out "$rec" --devices "$ngpu"
