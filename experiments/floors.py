@@ -72,8 +72,9 @@ def rate(nbytes: int, samples: Sequence[float]) -> float:
 
 def copies(n: int, nbytes: int) -> dict[str, Any]:
     """Device-to-device copies: every ordered pair alone (``pairs[src][dst]``, the same device
-    too), and into each device from all the others at once (each on its source's stream, as
-    a gather copies); host-to-device and back with pinned host memory."""
+    too), and into each device from all the others, issued as a gather issues them (``copy_``
+    makes each wait for the destination's stream, so they follow one another); host-to-device
+    and back with pinned host memory."""
     numel = nbytes // 4
     a = [torch.ones(numel, device=f"cuda:{d}") for d in range(n)]
     b = [torch.empty(numel, device=f"cuda:{d}") for d in range(n)]

@@ -203,7 +203,7 @@ def _raise_from_replica(jobs: Sequence[_Job], replica: int, device: Device) -> N
         job.failure = job.result = None
     note = (
         f"Caught {type(error).__name__} in replica {replica} on device "
-        f"{device.describe()}; in the traceback, the frames after `raise error` are "
+        f"{device.describe()}; in the traceback, the frames after 'raise error' are "
         f"the worker thread's."
     )
     if hasattr(error, "add_note"):

@@ -7,6 +7,7 @@ steps and (`phase_lines`) for each phase's bars over the rounds.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -152,7 +153,8 @@ def plot_strategies(reports: Sequence[tuple[str, dict[str, Any]]]) -> Figure:
             ax.set_xticks(range(len(kinds)), titles)
             ax.set_ylabel(what)
             ax.legend(frameon=False)
-            ax.set_title(f"{where}: {report['hardware']['label']} ({clock})", fontsize=9)
+            title = f"{where}: {report['hardware']['label']} ({clock})"
+            ax.set_title(textwrap.fill(title, 55), fontsize=9)  # two panels side by side
     return fig
 
 

@@ -20,13 +20,14 @@ from learn_parallel.lab import provenance, records
 from learn_parallel.lab.timeline import Timeline
 from learn_parallel.lab.workloads import Workload
 
+COALESCED = 10 * 2**20  # torch.cuda.comm's buffer_size: bytes per broadcast or reduce call
 NEAR = 2.0  # a bar within this factor of its floor is bounded by the floor's resource
 HOW = {  # what sets each phase's floor
     **dict.fromkeys(("scatter", "grad scatter"), "copies from the first GPU, one by one"),
-    "gather": "copies into the first GPU from all the others at once",
-    "replicate": "NCCL broadcast of parameters and buffers",
-    "buffers": "NCCL broadcast of the buffers",
-    "reduce": "NCCL reduce of the gradients",
+    "gather": "copies into the first GPU, one by one",
+    "replicate": "NCCL broadcasts of parameters and buffers, 10 MiB at a time",
+    "buffers": "NCCL broadcasts of the buffers, 10 MiB at a time",
+    "reduce": "NCCL reduces of the gradients, 10 MiB at a time",
     "all-reduce": "NCCL all-reduce of the gradients",
     **dict.fromkeys(
         ("forward", "replica backward", "forward+backward"), "matmul and convolution throughput"
@@ -159,9 +160,9 @@ class Floors:
             return Floor(name, ms * 1e3, sum(per_device))
         if n != self.devices or name not in HOW:
             return Floor(name, None)
-        if name == "gather":
-            gb_s = self.record["copies"]["into_gb_s"][0]
-            return Floor(name, sum(per_device) / (gb_s * 1e9) * 1e3, sum(per_device))
+        if name == "gather":  # copy_ orders each copy after both streams: one after another
+            ms = sum(b / (self.copy_gb_s(i, 0) * 1e9) for i, b in enumerate(per_device) if b)
+            return Floor(name, ms * 1e3, sum(per_device))
         kind, size = {
             "replicate": ("broadcast", c["parameters"] + c["buffers"]),
             "buffers": ("broadcast", c["buffers"]),
@@ -169,7 +170,11 @@ class Floors:
             "all-reduce": ("all_reduce", c["gradients"]),
         }[name]
         moves = size * (n - 1) if kind != "all_reduce" else 2 * size * (n - 1)
-        return Floor(name, self.collective_ms(kind, size) if size else 0.0, moves)
+        if kind == "all_reduce":  # one flat buffer (the reference row's, after backward)
+            return Floor(name, self.collective_ms(kind, size) if size else 0.0, moves)
+        # torch.cuda.comm's coalesced broadcast and reduce: one call per 10 MiB bucket
+        calls = [COALESCED] * (size // COALESCED) + ([size % COALESCED] if size % COALESCED else [])
+        return Floor(name, sum(self.collective_ms(kind, b) for b in calls), moves)
 
     def step(self, problem: str, n: int, rung: str) -> tuple[float, dict[str, float]] | None:
         """A ladder rung's step floor: one replica's forward and backward at its throughput,
@@ -268,7 +273,7 @@ def describe(floors: Floors) -> str:
     lines = [
         f"{floors.label}, {r.get('date', '')[:10]}, commit {(r.get('commit') or '?')[:7]}",
         f"copy between two GPUs: {min(pairs):.0f}-{max(pairs):.0f} GB/s ({len(pairs)} pairs);"
-        f" into one GPU from all others at once: {min(c['into_gb_s']):.0f}"
+        f" into one GPU from all others, one copy after another: {min(c['into_gb_s']):.0f}"
         f"-{max(c['into_gb_s']):.0f} GB/s",
         f"pinned host to GPU: {min(c['h2d_gb_s']):.1f}-{max(c['h2d_gb_s']):.1f} GB/s; GPU to"
         f" host: {min(c['d2h_gb_s']):.1f}-{max(c['d2h_gb_s']):.1f} GB/s",

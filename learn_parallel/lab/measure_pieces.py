@@ -112,8 +112,8 @@ def replicate_copy(devices: Sequence[DeviceLike] | None = None, width: int = 102
         [str(d) for d in devs],
         {"copy": times},
         describe_hardware(devs).label(),
-        note="Replica 0 keeps the original tensors; broadcast_coalesced still flattens them "
-        "into buffers of about 10 MB on the source first (simulated devices too), a real copy.",
+        note="Replica 0 keeps the originals; broadcast_coalesced still flattens them into ~10 MB "
+        "buffers (simulated devices too), sent by NCCL on CUDA builds, even to the source alone.",
     )
 
 

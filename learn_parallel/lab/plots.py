@@ -109,7 +109,7 @@ def plot_timeline(
                     ax.barh(y + 0.22, r.gpu_ms, left=r.start_ms - origin, height=0.16, color="k")
     ax.set_yticks(range(len(rows)), rows)
     ax.set_ylim(len(rows) - 0.5, -0.5)  # first device on top, half a bar of room around
-    ax.set_xlabel("time since the step began (ms)")
+    ax.set_xlabel("time since the first bar began (ms)")
     ax.grid(axis="x", alpha=0.3)
     handles = [plt.Rectangle((0, 0), 1, 1, color=_color(p)) for p in phases]
     labels = list(phases)
@@ -277,6 +277,8 @@ def _draw_measurement(ax: Any, m: Measurement) -> None:
         xs = [float(v) for v in m.x]
         for k, name in enumerate(names):
             ax.plot(xs, m.series[name], marker="o", color=f"C{k}", label=name)
+        if min(xs) > 0 and max(xs) / min(xs) > 20:  # counts over decades: even spacing
+            ax.set_xscale("log")
         ax.set_xticks(xs, m.x)
     else:
         width = 0.8 / len(names)

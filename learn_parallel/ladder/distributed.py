@@ -46,8 +46,9 @@ class DistributedDataParallel(nn.Module):
     module computes them.
     ``bucket_cap_mb``: how many megabytes (2**20 bytes) of gradients go into one
     all-reduce. ``broadcast_buffers``: copy rank 0's buffers (BatchNorm running
-    statistics) to every process at each forward, as torch does by default (torch
-    2.13 calls this ``forward_sync_buffers`` and deprecates ``broadcast_buffers``).
+    statistics) to every process at every forward. torch does so by default before the
+    first forward and after each forward that ran with gradients outside ``no_sync``
+    (its flag ``require_forward_param_sync``); the distributed chapter shows the difference.
     Not supported: modules spread over several devices, and parameters that
     get no gradient in a step (torch's ``find_unused_parameters``).
     """

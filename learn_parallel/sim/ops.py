@@ -134,7 +134,8 @@ def new_plan(func: Any) -> Plan:
 
 
 def foreach_per_device(func: Any, args: tuple, kwargs: dict, given: dict) -> Any:
-    """A foreach operation over lists that span devices, run once per device, as CUDA does."""
+    """A foreach operation over lists that span devices, run once per device (CUDA falls back
+    to a per-tensor path there: the same results)."""
     lists = [i for i, a in enumerate(args) if type(a) in (list, tuple) and len(a) == len(args[0])]
     groups: dict[Any, list[int]] = {}
     for i, t in enumerate(args[0]):

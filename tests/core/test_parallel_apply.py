@@ -111,11 +111,11 @@ def test_replica_exceptions_are_reraised_with_type_replica_device_and_traceback(
     assert caught.value.args == ("missing_key",)  # the replica's own exception object
     text = "".join(traceback.format_exception(caught.value))
     assert 'raise self.error("missing_key")' in text  # the worker's frames are kept
-    # As the note says: the frames after `raise error` are the worker's, from its job on.
+    # As the note says: the frames after 'raise error' are the worker's, from its job on.
     frames = [(f.name, f.line) for f in traceback.extract_tb(caught.value.__traceback__)]
     after = frames.index(("_raise_from_replica", "raise error")) + 1
     assert frames[after][0] == "call" and frames[-1][0] == "forward", frames
-    assert "the frames after `raise error` are the worker thread's" in caught.value.__notes__[0]
+    assert "the frames after 'raise error' are the worker thread's" in caught.value.__notes__[0]
     # The pool survives the failure and keeps working.
     assert len(lp.parallel_apply([FailsOn(-1)] * 4, inputs, None, [0, 1, 2, 3])) == 4
 

@@ -132,7 +132,9 @@ def test_each_phase_floor_is_its_bytes_over_its_rate(recorded):
     assert recorded.phase("mlp", 4, "scatter").ms == pytest.approx(scatter)
     gather = recorded.phase("mlp", 4, "gather")
     assert gather.moved == 3 * c["outputs"][1]
-    assert gather.ms == pytest.approx(gather.moved / 400e9 * 1e3)
+    # copy_ serializes the copies into one GPU: each piece over its pair's rate (300 GB/s
+    # into GPU 0 here), not over the rate of all of them at once (into_gb_s, 400)
+    assert gather.ms == pytest.approx(gather.moved / 300e9 * 1e3)
     # NCCL at a measured size is that size's time; between two sizes it is interpolated
     assert recorded.collective_ms("broadcast", 2**20) == pytest.approx(0.02 + 2**20 / 200e9 * 1e3)
     low, high = (recorded.collective_ms("broadcast", 2**k) for k in (20, 22))
@@ -156,6 +158,25 @@ def test_each_phase_floor_is_its_bytes_over_its_rate(recorded):
     assert recorded.phase("mlp", 2, "replicate").ms is None  # NCCL was measured on 4 GPUs
     said = floors.bound(recorded.phase("mlp", 2, "replicate"), 1.0, 0.5)
     assert said == "no floor here: the floors were not measured on this many GPUs"
+
+
+def test_coalesced_broadcast_and_reduce_go_in_buckets_of_their_own(recorded, monkeypatch):
+    """torch.cuda.comm sends at most `COALESCED` bytes per NCCL call: a floor adds one call
+    per bucket, each at the rate for its size (smaller buckets run further from the peak)."""
+    c = recorded.counts("mlp", 4)
+    size = c["parameters"] + c["buffers"]
+    monkeypatch.setattr(floors, "COALESCED", 2**20)
+    buckets = [2**20] * (size // 2**20) + [size % 2**20]
+    assert len(buckets) >= 3 and buckets[-1] > 0
+    expected = sum(recorded.collective_ms("broadcast", b) for b in buckets)
+    assert recorded.phase("mlp", 4, "replicate").ms == pytest.approx(expected)
+    assert expected > recorded.collective_ms("broadcast", size)  # a bucket's fixed cost each
+    reduce = sum(recorded.collective_ms("reduce", b) for b in _buckets(c["gradients"]))
+    assert recorded.phase("mlp", 4, "reduce").ms == pytest.approx(reduce)
+
+
+def _buckets(size: int) -> list[int]:
+    return [2**20] * (size // 2**20) + ([size % 2**20] if size % 2**20 else [])
 
 
 def test_the_table_says_what_bounds_each_bar(recorded):

@@ -116,7 +116,9 @@ def test_the_clone_panels_name_their_own_clocks():
         ],
         "replicate_host_ms": {"mlp": {"broadcast": 0.1, "clone": 0.2}},
     }
-    left, right = (ax.get_title() for ax in bridges.plot_strategies([("here", report)]).axes)
+    axes = bridges.plot_strategies([("here", report)]).axes
+    # titles wrap to fit two panels side by side: a line break stands for a space
+    left, right = (ax.get_title().replace("\n", " ") for ax in axes)
     assert left == f"here: 2 test devices ({measurement.HOST_RETURNED})"
     assert right == f"here: 2 test devices ({HOST})"
     assert f"({measurement.HOST_RETURNED})" in bridges.ladder_table(report | {"set": "clone"})

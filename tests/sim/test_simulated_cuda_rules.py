@@ -109,7 +109,7 @@ def test_a_generator_of_a_simulated_device():
 
 
 def test_foreach_over_lists_that_span_devices_runs_per_device():
-    """CUDA: _foreach_add_ over tensors on several GPUs takes a slower per-device path."""
+    """CUDA: _foreach_add_ over tensors on several GPUs falls back to a per-tensor path."""
     xs = [torch.full((2,), float(i), device=d) for i, d in enumerate(SIM[:3])]
     ys = [torch.ones(2, device=d) for d in SIM[:3]]
     torch._foreach_add_(xs, ys, alpha=2.0)
