@@ -52,6 +52,10 @@ def test_a_commit_is_stamped_only_from_the_packages_own_checkout(tmp_path, monke
     )
     monkeypatch.setenv(provenance.COMMIT_ENV, "b" * 40)
     assert provenance.commit() == ("b" * 40, "$LEARN_PARALLEL_COMMIT")
+    # A commit the caller names wins over a checkout's own HEAD: the copy a GPU host gets may
+    # be a git snapshot of its own (it was, for the recordings of 2026-11-28).
+    monkeypatch.setattr(provenance, "package_dir", lambda: own / "learn_parallel")
+    assert provenance.commit() == ("b" * 40, "$LEARN_PARALLEL_COMMIT")
 
 
 def test_a_recording_names_the_parts_that_ran_beside_it(tmp_path, monkeypatch):
