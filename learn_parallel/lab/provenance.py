@@ -135,7 +135,7 @@ def beside_line(record: dict[str, Any]) -> str:
     """One line on what the recording script ran on the same host while ``record`` was made."""
     beside = record.get("ran_beside")
     if beside is None:
-        return "other runs on the host meanwhile: not recorded (no run log of the script)"
+        return "other runs on the host meanwhile: not in this file (see book/data/README.md)"
     if not beside:
         return "nothing else of the recording script ran on the host meanwhile"
     runs = ", ".join(f"{r['part']} (GPUs {r['gpus']})" for r in beside)

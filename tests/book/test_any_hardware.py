@@ -44,19 +44,67 @@ WITH_SETUP = [p for p in CHAPTERS if SHARED_SETUP in _first_code(p)]
 RUNS = [(p, 2 if p in WITH_SETUP else 1) for p in CHAPTERS]
 
 
-def execute(path, count: int) -> list[str]:
+class Kernel:
+    """One kernel with ``count`` simulated devices, for every chapter a test worker runs at
+    that count: starting a kernel and importing torch again for each chapter cost more than
+    most chapters' own cells on a 2-core machine. Between chapters the kernel forgets every
+    name (``%reset -f``), closes its figures, returns to ``book/`` and imports the shared
+    setup afresh; other modules stay imported, as after a chapter's own setup cell."""
+
+    def __init__(self, count: int) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LEARN_PARALLEL_")}
+        env.update(
+            LEARN_PARALLEL_SIMULATE="1",
+            LEARN_PARALLEL_SIMULATED_DEVICES=str(count),
+            PYTHONPATH=str(ROOT),
+        )
+        blank = nbformat.v4.new_notebook()
+        self.client = nbclient.NotebookClient(
+            blank, timeout=600, resources={"metadata": {"path": str(BOOK)}}
+        )
+        self.client.km = self.client.create_kernel_manager()
+        self.client.start_new_kernel(env=env)
+        self.client.start_new_kernel_client()
+
+    def run(self, nb) -> None:
+        # nbclient stores an executed cell back at its index: the reset runs in a notebook
+        # of its own, so the chapter's cells keep theirs
+        fresh = nbformat.v4.new_code_cell(RESET.format(book=str(BOOK)))
+        self.client.nb = nbformat.v4.new_notebook(cells=[fresh])
+        self.client.execute_cell(fresh, 0)
+        self.client.nb = nb
+        for index, cell in enumerate(nb.cells):
+            self.client.execute_cell(cell, index)  # raises unless tagged raises-exception
+
+    def close(self) -> None:
+        self.client._cleanup_kernel()
+
+
+# The shared setup works at its module's import (the device plan, seeds, threads): that
+# module is imported afresh, as in a new kernel.
+RESET = """%reset -f
+__spec__ = None  # as in a new kernel (%reset removes it; multiprocessing's spawn reads it)
+import os, sys, matplotlib.pyplot
+matplotlib.pyplot.close("all")
+os.chdir({book!r})
+sys.modules.pop("learn_parallel.lab.chapter", None)
+del os, sys, matplotlib"""
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    started: dict[int, Kernel] = {}
+    yield started
+    for kernel in started.values():
+        kernel.close()
+
+
+def execute(path, count: int, kernels: dict) -> list[str]:
     """Run ``path`` with ``count`` simulated devices; the setup cell's printed lines."""
     nb = nbformat.read(path, as_version=4)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEARN_PARALLEL_")}
-    env.update(
-        LEARN_PARALLEL_SIMULATE="1",
-        LEARN_PARALLEL_SIMULATED_DEVICES=str(count),
-        PYTHONPATH=str(ROOT),
-    )
-    client = nbclient.NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(BOOK)}})
-    with client.setup_kernel(env=env):
-        for index, cell in enumerate(nb.cells):
-            client.execute_cell(cell, index)  # raises unless the cell is tagged raises-exception
+    if count not in kernels:
+        kernels[count] = Kernel(count)
+    kernels[count].run(nb)
     first = next(c for c in nb.cells if c.cell_type == "code").outputs
     return [o.get("text", "") for o in first if o.output_type == "stream"]
 
@@ -69,8 +117,8 @@ def test_chapters_open_with_the_shared_setup():
 
 
 @pytest.mark.parametrize(("chapter", "count"), RUNS, ids=lambda v: getattr(v, "stem", v))
-def test_chapter_runs_with_this_many_simulated_devices(chapter, count):
-    printed = "".join(execute(chapter, count))
+def test_chapter_runs_with_this_many_simulated_devices(chapter, count, kernels):
+    printed = "".join(execute(chapter, count, kernels))
     if chapter not in WITH_SETUP:
         return  # no device plan printed: the teacher's guide
     assert printed.startswith(f"{count} devices: sim:0 (simulated on the CPU)"), printed

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _book import BOOK, ROOT, build, jupyter_book
+from _book import BOOK, ROOT, build, jupyter_book, shared_build
 
 needs_jupyter_book = pytest.mark.skipif(
     jupyter_book() is None, reason="jupyter-book is not installed (pip install -r requirements.txt)"
@@ -54,9 +54,8 @@ def _assert_built_without_warnings(result, seconds: float, html: Path) -> None:
 
 
 @needs_jupyter_book
-def test_book_builds_without_warnings(tmp_path):
-    result, seconds = build(tmp_path, strict=True)
-    html = tmp_path / "_build" / "html"
+def test_book_builds_without_warnings(tmp_path_factory):
+    result, seconds, html = shared_build(tmp_path_factory)  # the site the other tests read
     _assert_built_without_warnings(result, seconds, html)
     # The teacher's exercise table is an HTML table in the site, not markdown in a paragraph.
     page = (html / "book" / "teaching.html").read_text()
