@@ -87,10 +87,8 @@ def file_hashes(names: Iterable[str]) -> dict[str, str]:
 
 
 def commit() -> tuple[str | None, str]:
-    """The commit recorded, and where it was read: ``$LEARN_PARALLEL_COMMIT`` where the caller
-    names one (a copy sent to a GPU host may be a git checkout of its own, whose HEAD this
-    repository never saw); else git's HEAD where git's top level is the package's own
-    checkout; else None, said so."""
+    """The commit and where it was read: ``$LEARN_PARALLEL_COMMIT`` (a GPU host's copy may be a
+    git checkout of its own), else HEAD of the package's own checkout, else None, said so."""
     if os.environ.get(COMMIT_ENV):
         return os.environ[COMMIT_ENV], f"${COMMIT_ENV}"
     top = _git("rev-parse", "--show-toplevel")

@@ -33,12 +33,11 @@ data_parallel = importlib.import_module("learn_parallel.data_parallel")
 
 EXAMPLES = int(os.environ.get("LEARN_PARALLEL_DIFF_EXAMPLES", "150"))
 RANDOM = os.environ.get("LEARN_PARALLEL_DIFF_RANDOM") == "1"
-# Ours and torch's do the same float operations, but a CPU kernel's reduction may split
-# its sum differently from one call to the next (how many intra-op threads a worker
-# thread gets varies), and where terms cancel the result moves by a few float32 ulps of
-# the largest term, not of the result: a bias before BatchNorm gets a gradient that cancels
-# to about 0 from terms of order 1 (seen: 3e-6 against 0). So atol is 1e-5, scaled by the
-# tensor's largest magnitude where that is above 1 (`same_tensor`).
+# Ours and torch's do the same float operations. With several intra-op threads a CPU
+# kernel's reduction could split its sum differently from one call to the next, and where
+# terms cancel (a bias before BatchNorm: a gradient of about 0 from terms of order 1) the
+# result moved by up to 1.4e-5: the runs use one thread (`_on`), and atol is 1e-5, scaled
+# by the tensor's largest magnitude where that is above 1 (`same_tensor`).
 EXACT = {"rtol": 1e-5, "atol": 1e-5}
 ONE_DEVICE = {"rtol": 1e-4, "atol": 1e-5}  # sums over pieces round differently
 
@@ -90,6 +89,12 @@ CHAPTER = Path(__file__).resolve().parents[2] / "book" / "data_parallel.ipynb"
 @pytest.fixture(autouse=True)
 def _on():
     sim.enable()
+    # One intra-op thread: a CPU kernel then splits its sums the same way in every replica's
+    # worker and in every run (with more, how many a worker gets varies from call to call).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def test_every_deliberate_difference_skipped_here_is_listed_in_the_chapter():

@@ -82,7 +82,7 @@ def test_a_recording_names_the_parts_that_ran_beside_it(tmp_path, monkeypatch):
     said = provenance.beside_line({"ran_beside": [{"part": "clone", "gpus": "0,1", "start": 1.0}]})
     assert said.endswith("on the same host: clone (GPUs 0,1)")
     assert "nothing else" in provenance.beside_line({"ran_beside": []})
-    assert "not recorded" in provenance.beside_line({})
+    assert "not in this file" in provenance.beside_line({})
 
 
 def test_a_changed_file_makes_a_recording_stale_and_a_driver_a_wheel_lacks_does_not():
