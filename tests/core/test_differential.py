@@ -173,10 +173,9 @@ def same_as_torch(ours: Result, theirs: Result) -> None:
     # A gradient that cancels to about 0 carries float32 noise of its terms, which are of
     # the size of the model's largest gradients: its atol scales with those (`EXACT`).
     grads = [g for g in theirs.grads.values() if g is not None and g.is_floating_point()]
-    scale = max([1.0] + [g.detach().abs().max().item() for g in grads if g.numel()])
-    model = {**EXACT, "atol": EXACT["atol"] * scale} if scale < float("inf") else EXACT
+    largest = max([1.0] + [g.detach().abs().max().item() for g in grads if g.numel()])
     for name in ours.grads:
-        same_tensor(ours.grads[name], theirs.grads[name], f"grad of {name}", model)
+        same_tensor(ours.grads[name], theirs.grads[name], f"grad of {name}", EXACT, largest)
     for i, (a, b) in enumerate(zip(ours.input_grads, theirs.input_grads)):
         same_tensor(a, b, f"grad of input tensor {i}", EXACT)
     assert_close(ours.buffers, theirs.buffers, **EXACT, msg=lambda m: f"buffers: {m}")
@@ -202,7 +201,9 @@ def same_tree(ours: Any, theirs: Any, path: str) -> None:
         assert ours == theirs, (path, ours, theirs)
 
 
-def same_tensor(ours: Any, theirs: Any, what: str, tol: dict) -> None:
+def same_tensor(ours: Any, theirs: Any, what: str, tol: dict, scale: float = 1.0) -> None:
+    """``ours`` as ``theirs``: facts and values, atol scaled by the largest of ``scale`` and
+    the tensor's largest magnitude (`EXACT`)."""
     if theirs is None or ours is None:
         assert ours is None and theirs is None, f"{what}: {ours} vs {theirs}"
         return
@@ -213,7 +214,7 @@ def same_tensor(ours: Any, theirs: Any, what: str, tol: dict) -> None:
     assert ours.is_inference() == theirs.is_inference(), (what, "is_inference")
     ours, theirs = ours.detach().cpu(), theirs.detach().cpu()
     if theirs.is_floating_point() and theirs.numel():
-        largest = theirs.abs().max().item()
+        largest = max(scale, theirs.abs().max().item())
         if largest < float("inf"):  # inf or nan compare as themselves, unscaled
             tol = {**tol, "atol": tol["atol"] * max(1.0, largest)}
     assert_close(ours, theirs, **tol, msg=lambda m: f"{what}: {m}")
