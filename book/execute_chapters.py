@@ -54,7 +54,11 @@ def execute(path: Path) -> str:
     with client.setup_kernel(env=env):
         for index, cell in enumerate(nb.cells):
             client.execute_cell(cell, index)  # raises unless the cell is tagged raises-exception
-    nbformat.write(nb, path)
+    # Written beside it, then renamed: a chapter that reads others (teaching) never sees a
+    # half-written one.
+    partial = path.with_name(f".{path.name}.partial")
+    nbformat.write(nb, partial)
+    partial.replace(path)
     return f"{path.name}: executed in {time.perf_counter() - start:.0f} s"
 
 

@@ -143,8 +143,10 @@ def resolve_devices(
     ``"cuda:1"``, ``"sim:1"`` or a ``torch.device``; each device may be listed once
     (``shared=True``: more often, as parallel_apply's replicas may share a device).
     With ``output=True``, ``ids`` is one ``output_device`` instead, and the CPU
-    (``"cpu"`` or ``-1``) is allowed: outputs may be gathered to host memory. A
-    `Device` passes unchanged: it was checked here when it was made.
+    (``"cpu"`` or ``-1``) is allowed: outputs may be gathered to host memory. A list
+    of `Device` values is returned as it is, unchecked: it is what this function returned
+    before (a forward's steps pass it on every call). So make `Device` values here: one
+    built by hand is checked only when a forward uses it (a CPU one then fails unclearly).
     """
     if output:
         if isinstance(ids, Device):
@@ -187,7 +189,7 @@ def _parse(device: DeviceLike, kind: str, count: int, allow_cpu: bool = False) -
         elif name in ("cuda", SIMULATED) and (index == "" or index.isdigit()):
             if index:
                 parsed = Device(name, int(index))
-            else:  # a bare "cuda" means the current device, as in PyTorch
+            else:  # a bare "cuda" means the current device, as in PyTorch; "sim" is sim:0
                 parsed = Device(name, torch.cuda.current_device() if name == "cuda" else 0)
         else:
             raise ValueError(f"Unknown device {str(device)!r}; use an int, 'cuda:N' or 'cpu'.")

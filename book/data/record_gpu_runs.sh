@@ -58,7 +58,7 @@ run() {  # one part: logged, bounded by a timeout, its start and end in the run 
   return $status
 }
 
-has tests && run gpu-tests 400 python -m pytest -m gpu -q -rs -p no:cacheprovider tests/
+has tests && run gpu-tests 400 python -m pytest -m gpu -q -rs -s -p no:cacheprovider tests/
 has tests && run readme 120 python -m pytest -q -p no:cacheprovider tests/book/test_readme.py
 has floors && run floors 150 python -m experiments.floors --out "$rec"
 has measure && run measure 400 python -m experiments.measure --out "$rec"

@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
+from learn_parallel.lab.floors import COLLECTIVES
 from learn_parallel.lab.measurement import HOST, HOST_RETURNED, HOST_SYNCED
 from learn_parallel.lab.spread import Spread, compare
 from learn_parallel.lab.timeline import Timeline
@@ -232,6 +233,7 @@ def phase_lines(report: dict[str, Any], kind: str, rung: str, below: str) -> lis
         line += f"{b.median:6.2f} ({b.low:.2f}-{b.high:.2f}) ms, {said}"
         if all(work):
             line += f"; GPU work {work[0].get(phase, 0.0):.2f} -> {work[1].get(phase, 0.0):.2f}"
+            line += " (NCCL kernel time, waits for peers included)" if phase in COLLECTIVES else ""
         lines.append(line)
     return lines
 

@@ -5,9 +5,8 @@ by ``experiments/floors.py`` into ``floors.json``, with the bytes and FLOPs it c
 the tensors (`moved` says which phase moves which). It counts no launches, no memory-bound
 kernels (BatchNorm, the optimizer) and no waiting, so a bar far above its floor is not
 bounded by that resource. `load` reads the file (or says none is recorded), `Floors.phase`
-gives a phase's floor, `table` sets the bars of a recorded step beside theirs, and
-`Floors.step` is a ladder rung's step floor. Simulated devices model neither bandwidth nor
-kernel time: they have no floors.
+gives a phase's floor, `table` sets a recorded step's bars beside theirs, `Floors.step` is a
+ladder rung's step floor. Simulated devices model no bandwidth or kernel time: no floors.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ HOW = {  # what sets each phase's floor
     ),
     "backward": "its parts in turn (grad scatter, replica backward, reduce)",
 }
+COLLECTIVES = frozenset(("replicate", "buffers", "reduce", "all-reduce"))  # NCCL: see `bound`
 # What each ladder rung, and the reference row measured with them (`ladder_rungs.MEASURED`),
 # puts on the step's path besides one replica's compute: communication that its design does
 # not overlap with compute (the reference, as step_graphs, all-reduces after every device's
@@ -181,9 +181,8 @@ class Floors:
         plus what `STEP_PATH` puts beside it; None where the counts or the rung are unknown."""
         if rung not in STEP_PATH or self.counts(problem, n) is None or n != self.devices:
             return None
-        parts = {"compute": 0.0}
-        for name in ("forward", "replica backward"):
-            parts["compute"] += self.phase(problem, n, name).ms or 0.0
+        compute = [self.phase(problem, n, p).ms or 0.0 for p in ("forward", "replica backward")]
+        parts = {"compute": sum(compute)}
         for name in STEP_PATH[rung]:
             parts[name] = self.phase(problem, n, name).ms or 0.0
         return sum(parts.values()), parts
@@ -222,24 +221,29 @@ def bars(timeline: Timeline, step: int | None = None) -> dict[str, tuple[str, fl
 
 def bound(floor: Floor, bar: float, gpu: float | None) -> str:
     """What bounds a bar, as its numbers show: the floor's resource (the bar within `NEAR` x
-    its floor), waits (its GPU worked less than half of it) or slow GPU work (the rest)."""
-    if floor.ms is None and floor.phase in HOW:
-        return "no floor here: the floors were not measured on this many GPUs"
+    its floor), waits (its GPU worked less than half of it) or slow GPU work (the rest). An
+    NCCL kernel spins until every peer's kernel has joined: its GPU work counts that wait."""
     if floor.ms is None:
-        return "no floor here: memory-bound work, whose rate nothing here measures"
+        why = "the floors were not measured on this many GPUs" if floor.phase in HOW else ""
+        return "no floor here: " + (why or "memory-bound work, whose rate nothing here measures")
     if floor.ms and bar <= NEAR * floor.ms:
         return f"bounded by {HOW[floor.phase]}: the bar is {bar / floor.ms:.1f} x its floor"
-    if gpu is not None and gpu < bar / 2:
+    if gpu is None:
+        return "above its floor; the bar has no GPU work recorded to tell waits from slow work"
+    if floor.phase in COLLECTIVES:
+        return (
+            f"above its floor ({bar / floor.ms:.1f} x): its GPU work, NCCL kernel time, counts"
+            " waiting for the other GPUs' kernels, so it cannot tell waits from transfer"
+        )
+    if gpu < bar / 2:
         return (
             f"bounded by waits, not by {HOW[floor.phase]}: its GPU worked {gpu:.3f} ms of the"
             f" {bar:.3f} ms bar and waited the rest (for launches, or for another GPU)"
         )
-    if gpu is not None:
-        return (
-            f"bounded by its own GPU work, {gpu / max(floor.ms, 1e-9):.1f} x the floor set by"
-            f" {HOW[floor.phase]}: that work runs below the measured rate"
-        )
-    return "above its floor; the bar has no GPU work recorded to tell waits from slow work"
+    return (
+        f"bounded by its own GPU work, {gpu / max(floor.ms, 1e-9):.1f} x the floor set by"
+        f" {HOW[floor.phase]}: that work runs below the measured rate"
+    )
 
 
 def table(

@@ -3,21 +3,25 @@
 Every recording the chapters read carries `stamp`: the commit (and where it was read), the
 date, the machine as its hardware names itself, the torch, CUDA and cuDNN versions, the
 command, what else the recording script ran on the host meanwhile (``ran_beside``), and
-``measured``: the sha256 of each package file whose behaviour the recording measures
-(`MEASURED` says which). `changed_since` compares those hashes with the files here now;
+``measured``: a digest of the code of each file whose behaviour the recording measures
+(`MEASURED` says which; `code_digest`: comments and docstrings left out, so a corrected
+sentence does not turn a recording stale). `changed_since` compares them with the files here;
 `stale_recordings` lists every shipped recording whose measured code has changed.
 """
 
 from __future__ import annotations
 
+import ast
 import datetime
 import hashlib
+import io
 import json
 import os
 import platform
 import re
 import subprocess
 import time
+import tokenize
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
@@ -76,12 +80,32 @@ def package_dir() -> Path:
     return Path(str(resources.files("learn_parallel")))  # a wheel's, or a clone's
 
 
+def code_digest(source: str) -> str:
+    """``"code:<sha256>"`` of ``source`` without its comments, docstrings and blank lines.
+    Line-based, from the positions `ast` and `tokenize` give, so every Python 3 agrees."""
+    lines = source.splitlines()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            row, col = token.start
+            lines[row - 1] = lines[row - 1][:col]
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        first = node.body[0] if node.body else None
+        if isinstance(first, ast.Expr) and isinstance(getattr(first.value, "value", None), str):
+            lines[first.lineno - 1 : first.end_lineno] = [""] * (
+                first.end_lineno - first.lineno + 1
+            )
+    code = "\n".join(line.rstrip() for line in lines if line.strip())
+    return "code:" + hashlib.sha256(code.encode()).hexdigest()
+
+
 def file_hashes(names: Iterable[str]) -> dict[str, str]:
-    """``{name: sha256}`` of files named as in a clone (``learn_parallel/devices.py``); one
+    """``{name: code_digest}`` of files named as in a clone (``learn_parallel/devices.py``); one
     that does not exist here (moved, deleted, a driver a wheel lacks) is ``"missing"``."""
     paths = {name: package_dir().parent / name for name in sorted(set(names))}
     return {
-        name: hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+        name: code_digest(path.read_text()) if path.is_file() else "missing"
         for name, path in paths.items()
     }
 

@@ -47,8 +47,9 @@ class DistributedDataParallel(nn.Module):
     ``bucket_cap_mb``: how many megabytes (2**20 bytes) of gradients go into one
     all-reduce. ``broadcast_buffers``: copy rank 0's buffers (BatchNorm running
     statistics) to every process at every forward. torch does so by default before the
-    first forward and after each forward that ran with gradients outside ``no_sync``
-    (its flag ``require_forward_param_sync``); the distributed chapter shows the difference.
+    first forward and before each forward that follows one run with gradients outside
+    ``no_sync`` (its flag ``require_forward_param_sync``); the distributed chapter shows
+    the difference.
     Not supported: modules spread over several devices, and parameters that
     get no gradient in a step (torch's ``find_unused_parameters``).
     """

@@ -43,7 +43,8 @@ def _counts(steps: dict) -> list[int]:
 
 def ddp_beats_both_and_keeps_scaling() -> bool:
     """DDP beats both DataParallels at every count above one; from each count to the next,
-    DDP's step shrinks and both DataParallels' steps grow."""
+    DDP's step shrinks and neither DataParallel's does: on ResNet-18 both grow, on the MLP
+    both tie."""
     for group in WORKLOADS:
         steps, counts = _steps(group), _counts(_steps(group))
         for n in counts:
@@ -54,8 +55,9 @@ def ddp_beats_both_and_keeps_scaling() -> bool:
         for before, n in zip(counts, counts[1:]):
             if compare(steps["ddp", n], steps["ddp", before], "middle") != "faster":
                 return False
+            expected = "slower" if group.startswith("conv") else "tie"
             if any(
-                compare(steps[i, n], steps[i, before], "middle") != "slower" for i in DATA_PARALLELS
+                compare(steps[i, n], steps[i, before], "middle") != expected for i in DATA_PARALLELS
             ):
                 return False
     return bool(counts)
@@ -83,7 +85,7 @@ def learn_parallel_beats_torch_on_resnet() -> bool:
 
 def only_torch_dp_loses_to_one_gpu() -> bool:
     """Every wrapper beats one GPU at every count above one, except torch's DataParallel,
-    which loses on ResNet-18 at every count and on the MLP at four GPUs (and only there)."""
+    which loses on ResNet-18 at every count (and only there)."""
     checked, losers = 0, set()
     for group in WORKLOADS:
         steps = _steps(group)
@@ -95,7 +97,7 @@ def only_torch_dp_loses_to_one_gpu() -> bool:
             elif verdict != "faster":
                 return False
     expected = {("conv-cudnn-benchmark-off", "torch_dp", n) for n in (2, 4)}
-    return checked > 0 and losers == expected | {("mlp", "torch_dp", 4)}
+    return checked > 0 and losers == expected
 
 
 def cudnn_benchmark_multiplies_only_torch() -> bool:
@@ -172,13 +174,13 @@ def fresh_threads_pay_host_time_in_the_convolution() -> bool:
     return fresh["count"] == kept["count"] and same_gpu and fresh["cpu_us"] > 5 * kept["cpu_us"]
 
 
-def caller_thread_slower_on_resnet() -> bool:
+def caller_thread_ties_on_resnet() -> bool:
     runs = _workers()
     caller, kept = (
         runs["resnet18", False, "caller thread"],
         runs["resnet18", False, "persistent threads"],
     )
-    return compare(caller, kept, "middle") == "slower"
+    return compare(caller, kept, "middle") == "tie"
 
 
 def recorder_ties_bare_step() -> bool:
@@ -190,14 +192,14 @@ def recorder_ties_bare_step() -> bool:
 
 def persistent_workers_beat_new_threads() -> bool:
     """Over the ranges of both recorded runs, learn_parallel's workers are faster than torch's
-    parallel_apply at every count above one, and than a new thread per replica at four
-    devices, a tie with it at two."""
+    parallel_apply at every count above one; against a new thread per replica, faster at two
+    devices and a tie at four."""
     recorded = _recorded()
     first, second = recorded.measurement("worker_overhead"), recorded.repeat["worker_overhead"]
     ours, theirs = "persistent workers (learn_parallel)", "torch.nn.parallel.parallel_apply"
     plain = "a new thread per replica per call"
     expected = {(theirs, "2"): "faster", (theirs, "4"): "faster"}
-    expected |= {(plain, "2"): "tie", (plain, "4"): "faster"}
+    expected |= {(plain, "2"): "faster", (plain, "4"): "tie"}
     found = {}
     for i, n in enumerate(first.x):
         for name in (theirs, plain):
@@ -206,6 +208,16 @@ def persistent_workers_beat_new_threads() -> bool:
                 other = [first.series[name][i], second.series[name][i]]
                 found[name, n] = compare(mine, other, "range")
     return found == expected
+
+
+def torchrun_misses_the_aim_on_four_gpus() -> bool:
+    """Under torchrun on four GPUs, ours is slower than torch's by more than the 1.2 aim."""
+    for rec in _each("torchrun.json"):
+        ok = [r for r in rec["runs"] if r["gpus"] == 4 and r["status"] == "ok"]
+        ours, theirs = ([r["median_ms"] for r in ok if r["ddp"] == d] for d in ("ours", "torch"))
+        if ours and theirs:
+            return statistics.median(ours) / statistics.median(theirs) > 1.2
+    return False
 
 
 def clone_costs_more_host_time() -> bool:
@@ -252,11 +264,11 @@ def scattered_chain_faster_and_same() -> bool:
     )
 
 
-def tuple_parallel_ties_then_wins() -> bool:
-    """A tie at one and two devices, faster at four (round medians' ranges, `compare`)."""
+def tuple_parallel_ties() -> bool:
+    """A tie at one, two and four devices (round medians' ranges, `compare`)."""
     recorded = _recorded().measurements.get("tuple_vs_data_parallel")
     if recorded is None or not recorded.repeats:
         return False
     pairs = zip(recorded.repeats["TupleParallel"], recorded.repeats["DataParallel"])
     verdicts = dict(zip(recorded.x, (compare(tp, dp) for tp, dp in pairs)))
-    return verdicts == {"1": "tie", "2": "tie", "4": "faster"}
+    return verdicts == {"1": "tie", "2": "tie", "4": "tie"}

@@ -116,7 +116,9 @@ def cases(draw: st.DrawFn) -> Case:
         output_device = draw(st.sampled_from([-1, -1, "bare", "cpu", "cpu-device", ("id", 7)]))
     else:
         output_device = (kind, draw(st.integers(0, 3)))
-    outputs = draw(st.one_of(st.just("y"), _trees(st.sampled_from(OUTPUT_LEAVES))))
+    outputs = draw(
+        st.one_of(st.just("y"), _trees(st.sampled_from(OUTPUT_LEAVES), box=draw(one_in(4))))
+    )
     return Case(
         model=model,
         unused=draw(st.booleans()),

@@ -85,8 +85,8 @@ def _collect(tree: Any, batched: list, scalars: list, lists: list) -> None:
 def _build(spec: Any, parts: dict) -> Any:
     if isinstance(spec, str):
         return parts[spec]
-    if isinstance(spec, Pair):
-        return Pair(*(_build(s, parts) for s in spec))
+    if isinstance(spec, Pair | Box):
+        return type(spec)(*(_build(s, parts) for s in children(spec)))
     if isinstance(spec, dict):
         return {k: _build(s, parts) for k, s in spec.items()}
     return type(spec)(_build(s, parts) for s in spec)

@@ -56,6 +56,8 @@ KNOWN = {
     "0-dim tensor argument": lambda ours, theirs: theirs.error is not None,
     # Its tensors are split; torch gives every replica the whole object, unsplit, unmoved.
     "dataclass argument": lambda ours, theirs: True,
+    # Gathered member by member; torch's gather iterates it and raises TypeError.
+    "dataclass output": lambda ours, theirs: isinstance(theirs.error, TypeError),
     # They stay aligned with the positional ones; torch pads one side with empty ones.
     "keyword arguments on a short batch": lambda ours, theirs: True,
     # They become one value per replica as along dim 0; torch raises IndexError.
@@ -77,6 +79,7 @@ LISTED = {
     "raise",
     "0-dim tensor argument": "a 0-dim tensor argument goes whole to every replica",
     "dataclass argument": "a dataclass argument is split member by member",
+    "dataclass output": "a dataclass output is gathered member by member",
     "keyword arguments on a short batch": "keyword arguments stay aligned with positional ones "
     "on batches smaller than the number of devices",
     "0-dim outputs gathered along dim != 0": "0-dim outputs become a vector with one value per "
@@ -118,6 +121,7 @@ def known_differences(case: Case) -> list[str]:
         "different batch sizes": contains(args, "odd"),
         "0-dim tensor argument": contains(args, "scalar"),
         "dataclass argument": _boxed_tensor(args),
+        "dataclass output": _has_box(case.outputs) and len(ids) > 1,
         "keyword arguments on a short batch": len(_torch_piece_counts(case) - {0}) > 1,
         "0-dim outputs gathered along dim != 0": contains(case.outputs, "sum")
         and case.dim != 0
@@ -133,6 +137,10 @@ def _boxed_tensor(tree: Any) -> bool:
     if isinstance(tree, Box):
         return contains(tree, "batch", "scalar", "odd")
     return any(_boxed_tensor(c) for c in children(tree))
+
+
+def _has_box(tree: Any) -> bool:
+    return isinstance(tree, Box) or any(_has_box(c) for c in children(tree))
 
 
 def _torch_piece_counts(case: Case) -> set[int]:
@@ -257,7 +265,7 @@ def like_one(case: Case, ours: Any, one: Any, path: str, values: bool) -> None:
             assert_close(got, want, **ONE_DEVICE, msg=lambda m: f"{path}: {m}")
     elif isinstance(one, str) and not direct:
         assert ours == [one] * case.replicas, (path, ours)
-    elif isinstance(one, tuple | list | dict):
+    elif isinstance(one, tuple | list | dict | Box):
         assert type(ours) is type(one), (path, type(ours), type(one))
         assert len(children(ours)) == len(children(one)), path
         for i, (a, b) in enumerate(zip(children(ours), children(one))):

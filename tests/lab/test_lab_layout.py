@@ -6,12 +6,13 @@ package; the command lines and drivers that record runs live in ``experiments/``
 * no lab module imports ``argparse`` (command lines belong to ``experiments/``);
 * every lab module is used by a chapter, a test or another lab module: the failure
   message lists each module with who uses it;
-* the lab's size: ``learn_parallel/lab/*.py`` stays within 4,900 lines; issue 35 set 3,800,
+* the lab's size: ``learn_parallel/lab/*.py`` stays within 4,950 lines; issue 35 set 3,800,
   then came issue 46's one-thread reference step (~130), issue 48's `floors` (~290), issue
   47's profiled pass with each GPU's clock anchors, profiler rule, clocks named by their
   timers, recordings found from the data and the headers of `measure` split by chapter
   (~570), issue 44's plots naming where each row ran (~25) and `timing` split from
-  `timeline` (~35). The count per file is printed with ``-s``.
+  `timeline` (~35), issue 47's code digests that ignore comments and docstrings (~30). The
+  count per file is printed with ``-s``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "learn_parallel" / "lab"
 MODULES = sorted(p.stem for p in LAB.glob("*.py") if p.stem != "__init__")
-LIMIT = 4900
+LIMIT = 4950
 
 
 def _imports_of(tree: ast.AST) -> set[str]:

@@ -165,7 +165,7 @@ def test_phase_lines_compare_each_phase_over_the_rounds():
         "  backward               5.10 (5.00-5.20) ->   6.20 (6.00-6.40) ms, slower;"
         " GPU work 2.00 -> 2.00",
         "  reduce                 0.00 (0.00-0.00) ->   0.15 (0.10-0.20) ms, slower;"
-        " GPU work 0.00 -> 0.00",
+        " GPU work 0.00 -> 0.00 (NCCL kernel time, waits for peers included)",
     ]
     del report["rows"][0]["phase_ms"]  # a recording made before the rounds kept their phases
     assert bridges.phase_lines(report, "mlp", "overlap_reduce", "kept_replicas") == []

@@ -100,6 +100,62 @@ def test_a_changed_file_makes_a_recording_stale_and_a_driver_a_wheel_lacks_does_
     assert provenance.staleness_line({"commit": None}).endswith("named the code they measured")
 
 
+SOURCE = '''"""A module."""
+
+import torch  # the one import
+
+
+class Split:
+    """Cuts a batch."""
+
+    def pieces(self, batch, n):
+        """Rows per piece."""
+        return batch.chunk(n)  # as torch's scatter does
+'''
+
+
+@pytest.mark.parametrize(
+    "edit, changes",
+    [
+        (lambda s: s.replace("Cuts a batch.", "Cuts a batch in rows."), False),
+        (lambda s: s.replace("# as torch's scatter does", "# like comm.scatter"), False),
+        (lambda s: s.replace('        """Rows per piece."""\n', ""), False),
+        (lambda s: s.replace("\n\n\nclass", "\n\nclass").replace("n)  #", "n)   #"), False),
+        (lambda s: s.replace("chunk(n)", "chunk(n, dim=0)"), True),
+        (lambda s: s.replace("import torch", "import torch.nn"), True),
+        (
+            lambda s: s.replace('"""Rows per piece."""', '"""Rows per piece."""\n        n = 2'),
+            True,
+        ),
+        (
+            lambda s: s.replace("chunk(n)", "chunk(n)  # or '#'").replace("n)  #", "'#' + n)  #"),
+            True,
+        ),
+    ],
+    ids=[
+        "docstring",
+        "comment",
+        "docstring removed",
+        "blank lines",
+        "code",
+        "import",
+        "statement added",
+        "a '#' in a string",
+    ],
+)
+def test_the_code_digest_ignores_comments_and_docstrings_but_not_code(edit, changes):
+    assert (provenance.code_digest(edit(SOURCE)) != provenance.code_digest(SOURCE)) is changes
+
+
+def test_each_shipped_recording_names_the_bytes_it_measured_where_its_digest_was_redone():
+    # Re-expressed digests (raw sha256 -> code digest) keep the raw ones the recording wrote.
+    for path in provenance.recordings():
+        record = json.loads(path.read_text())
+        if "measured_bytes" in record:
+            assert set(record["measured_bytes"]) == set(record["measured"])
+            assert all(v.startswith("code:") or v == "missing" for v in record["measured"].values())
+
+
 def test_every_recording_the_chapters_read_names_its_commit_machine_and_code():
     missing = {}
     for path in provenance.recordings():
