@@ -25,7 +25,7 @@ HOW = {  # what sets each phase's floor
     **dict.fromkeys(("scatter", "grad scatter"), "copies from the first GPU, one by one"),
     "gather": "copies into the first GPU, one by one",
     "replicate": "NCCL broadcasts of parameters and buffers, 10 MiB at a time",
-    "buffers": "NCCL broadcasts of the buffers, 10 MiB at a time",
+    "buffers": "NCCL broadcasts of the buffers",
     "reduce": "NCCL reduces of the gradients, 10 MiB at a time",
     "all-reduce": "NCCL all-reduce of the gradients",
     **dict.fromkeys(
@@ -193,11 +193,8 @@ def load(machine: str) -> Floors | None:
     (and a line when the code they counted has changed since)."""
     record = records.read_json("floors.json", machine)
     if record is None:
-        print(
-            f"No floors recorded for {machine} yet: the floors are left out "
-            "(book/data/record_gpu_runs.sh records them, part floors)."
-        )
-        return None
+        how = "book/data/record_gpu_runs.sh records them, part floors"
+        return print(f"No floors recorded for {machine} yet: the floors are left out ({how}).")
     if stale := provenance.staleness_line(record):
         print(f"floors.json ({machine}): {stale}")
     return Floors(record, machine)
@@ -226,6 +223,8 @@ def bound(floor: Floor, bar: float, gpu: float | None) -> str:
     if floor.ms is None:
         why = "the floors were not measured on this many GPUs" if floor.phase in HOW else ""
         return "no floor here: " + (why or "memory-bound work, whose rate nothing here measures")
+    if floor.ms and bar < floor.ms:  # a model of the path that fails at this size (latency)
+        return f"below its floor ({bar / floor.ms:.1f} x): at this size the floor bounds nothing"
     if floor.ms and bar <= NEAR * floor.ms:
         return f"bounded by {HOW[floor.phase]}: the bar is {bar / floor.ms:.1f} x its floor"
     if gpu is None:
@@ -259,7 +258,7 @@ def table(
     n = len([row for row in timeline.devices() if row != "host"])
     names = names or {}
     head = f"{'phase':>22} {'amount':>12} {'floor':>9} {'bar':>9} {'GPU work':>9} {'bar/floor':>9}"
-    lines, said = [head + "  (ms; the bar: the longest GPU row's)"], []
+    lines, said = [head + "  (ms; amount: bytes over all links, or FLOPs; bar: longest row's)"], []
     for name, (row, bar, gpu) in bars(timeline, step).items():
         floor_of = names.get(name, name)
         f = floors.phase(problem, n, floor_of) if floor_of else Floor("", None)

@@ -152,8 +152,8 @@ PATCHES = (
     Patch(
         "`_get_available_device_type`, `_get_all_device_indices` of torch's DataParallel",
         FIRST_USE,
-        "torch's DataParallel picks `sim` where `LEARN_PARALLEL_SIMULATE` forces simulated "
-        "devices beside a GPU, as this package's does",
+        "torch's DataParallel picks `sim` where this package's does but torch's would pick CUDA "
+        "(`LEARN_PARALLEL_SIMULATE` beside a GPU) or MPS (an Apple-silicon Mac)",
         tuple(
             f"torch.nn.parallel.data_parallel.{name}"
             for name in ("_get_available_device_type", "_get_all_device_indices")

@@ -83,9 +83,10 @@ def install() -> None:
 
 
 def _prefer_simulated_devices() -> None:
-    """Where simulation is forced on a machine with a GPU (the chapters on one GPU), torch's
-    DataParallel would still pick CUDA as its device type; make it pick ``sim`` as ours does.
-    Decided at each call, so setting ``LEARN_PARALLEL_SIMULATE`` later still counts."""
+    """Where ours simulates but torch's DataParallel would pick CUDA (simulation forced on a GPU
+    machine: the chapters on one GPU) or MPS (an Apple-silicon Mac, where it would then just
+    call the module), make it pick ``sim`` as ours does. Decided at each call, so setting
+    ``LEARN_PARALLEL_SIMULATE`` later still counts."""
     import importlib
 
     # the module, not torch.nn.parallel's function of the same name
@@ -95,7 +96,9 @@ def _prefer_simulated_devices() -> None:
     all_indices = data_parallel._get_all_device_indices
 
     def forced() -> bool:
-        return simulation_forced() and torch.cuda.is_available()
+        cuda = torch.cuda.is_available()
+        ours_simulate = simulation_forced() or not cuda
+        return ours_simulate and (cuda or torch.backends.mps.is_available())
 
     data_parallel._get_available_device_type = lambda: NAME if forced() else device_type()
     data_parallel._get_all_device_indices = lambda: (

@@ -202,6 +202,13 @@ def test_the_table_says_what_bounds_each_bar(recorded):
     forward = floors.Floor("forward", floor)
     assert floors.bound(forward, 10 * floor, floor).startswith("bounded by waits")
     assert floors.bound(forward, 10 * floor, None).startswith("above its floor")
+    # Below its floor, a bar shows the floor's model failing at that size: it bounds nothing.
+    assert floors.bound(forward, 0.6 * floor, floor).startswith("below its floor (0.6 x)")
+    # A collective's GPU work counts its wait for the peers: no verdict from it.
+    reduce = recorded.phase("mlp", 4, "reduce")
+    said = floors.bound(reduce, 10 * reduce.ms, reduce.ms)
+    assert said.startswith("above its floor (10.0 x)") and "NCCL kernel time" in said
+    assert floors.bound(reduce, 1.5 * reduce.ms, 20 * reduce.ms).startswith("bounded by NCCL")
 
 
 def test_a_rungs_step_floor_adds_what_its_design_does_not_overlap(recorded):

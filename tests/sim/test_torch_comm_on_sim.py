@@ -228,3 +228,22 @@ def test_torch_data_parallel_picks_sim_where_simulation_is_forced_beside_a_gpu(m
     assert data_parallel._get_all_device_indices() == [0, 1, 2, 3]
     monkeypatch.setenv("LEARN_PARALLEL_SIMULATE", "0")  # not forced: torch's own choice
     assert data_parallel._get_available_device_type() == "cuda"
+
+
+def test_torch_data_parallel_picks_sim_on_a_mac(monkeypatch):
+    """An Apple-silicon Mac: torch would pick MPS (before PrivateUse1, torch/_utils.py) and its
+    DataParallel would then just call the module; it uses the simulated devices, as ours does."""
+    import importlib
+
+    data_parallel = importlib.import_module("torch.nn.parallel.data_parallel")
+    sim.enable()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.delenv("LEARN_PARALLEL_SIMULATE", raising=False)
+    assert data_parallel._get_available_device_type() == "sim"
+    wrapped = torch.nn.DataParallel(torch.nn.Linear(3, 2).to("sim:0"))
+    assert wrapped.device_ids == [0, 1, 2, 3]
+    rows = []
+    wrapped.module.register_forward_hook(lambda m, args, out: rows.append(args[0].shape[0]))
+    wrapped(torch.ones(8, 3, device="sim:0"))
+    assert sorted(rows) == [2, 2, 2, 2]  # split over the simulated devices, not called whole
