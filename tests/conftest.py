@@ -5,7 +5,6 @@
 """
 
 import gc
-import os
 
 import pytest
 import torch
@@ -43,14 +42,6 @@ LONG_FIRST = (
     "tests/book/test_readme.py",
     "tests/test_leftovers.py",
 )
-
-
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto`` on a machine of few cores: one worker more than its cores. Many tests wait
-    on processes of their own (kernels, graders, ranks, time limits), and the spare worker runs
-    while one waits (book/data/logs/cpu/timings-2026-11-28.txt: -n 3 against -n auto)."""
-    cores = os.cpu_count() or 1
-    return cores + 1 if cores <= 4 else cores
 
 
 def _long_first(item: pytest.Item) -> int:
