@@ -265,7 +265,8 @@ def table(
         cells = [f"{f.ms:.3f}" if f.ms is not None else "-", f"{bar:.3f}"]
         cells += ["-" if gpu is None else f"{gpu:.3f}", f"{bar / f.ms:.1f}" if f.ms else "-"]
         lines.append(f"{name:>22} {f.amount():>12} " + " ".join(f"{c:>9}" for c in cells))
-        said.append(f"{name} ({row}): {bound(f, bar, gpu)}.")
+        why = bound(f, bar, gpu) if floor_of else "no floor here: the caller sets none for it"
+        said.append(f"{name} ({row}): {why}.")
     return "\n".join([*lines, "", *said])
 
 

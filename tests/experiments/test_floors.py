@@ -197,7 +197,7 @@ def test_the_table_says_what_bounds_each_bar(recorded):
     assert "forward (cuda:1): bounded by its own GPU work, 11.0 x the floor" in text
     assert "optimizer (cuda:0): no floor here" in text
     renamed = floors.table(timeline, recorded, "mlp", names={"scatter": None, "optimizer": "x"})
-    assert "scatter (cuda:0): no floor here: memory-bound work" in renamed
+    assert "scatter (cuda:0): no floor here: the caller sets none for it" in renamed
     assert "optimizer (cuda:0): no floor here" in renamed
     forward = floors.Floor("forward", floor)
     assert floors.bound(forward, 10 * floor, floor).startswith("bounded by waits")
