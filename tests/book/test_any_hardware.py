@@ -11,10 +11,10 @@ Which runs prove what, so that no chapter is executed more often than it needs:
   devices there are) run their 2-device case in the 4-device run as well.
 * 1 is raised to 2 by the shared setup cell (``lab.chapter``), so for a chapter that opens
   with that cell a run with 1 is the run with 2: the setup's message is checked once in
-  ``test_chapter_plan.py``, and each such chapter's first code cell is checked here. A chapter
-  without the shared setup (the teacher's guide) runs with 1 instead of 2: nothing raises its
-  own count, and its check-timing cell runs every chapter's setup (1 raised to 2) and every
-  exercise's solution and check, which no other run does below four devices.
+  ``test_chapter_plan.py``, and each such chapter's first code cell is checked here. The one
+  page without the shared setup, the teacher's guide, runs with 1 (nothing raises its own
+  count; its check-timing cell runs every chapter's setup, 1 raised to 2, and every exercise's
+  solution and check) in ``test_standalone.py``, from the wheel: one run proves both.
 * The glossary has no code.
 
 The one-GPU case is tests/gpu/test_gpu_one.py plus `book/data/record_gpu_runs.sh`
@@ -24,6 +24,7 @@ The one-GPU case is tests/gpu/test_gpu_one.py plus `book/data/record_gpu_runs.sh
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from _book import BOOK, ROOT
@@ -41,7 +42,7 @@ def _first_code(path) -> str | None:
 
 CHAPTERS = [p for p in sorted(BOOK.glob("*.ipynb")) if _first_code(p) is not None]
 WITH_SETUP = [p for p in CHAPTERS if SHARED_SETUP in _first_code(p)]
-RUNS = [(p, 2 if p in WITH_SETUP else 1) for p in CHAPTERS]
+RUNS = [(p, 2) for p in WITH_SETUP]  # the teacher's guide: test_standalone.py, with 1
 
 
 class Kernel:
@@ -109,6 +110,13 @@ def execute(path, count: int, kernels: dict) -> list[str]:
     return [o.get("text", "") for o in first if o.output_type == "stream"]
 
 
+def test_only_the_teachers_guide_runs_elsewhere():
+    """Every page with code runs here, but the guide, whose one-device run is the wheel's."""
+    assert [p.stem for p in CHAPTERS if p not in WITH_SETUP] == ["teaching"]
+    standalone = (Path(__file__).parent / "test_standalone.py").read_text()
+    assert 'LEARN_PARALLEL_SIMULATED_DEVICES="1"' in standalone
+
+
 def test_chapters_open_with_the_shared_setup():
     """The device plan, and with it the raising of 1 device to 2, lives in one cell."""
     assert len(WITH_SETUP) >= len(CHAPTERS) - 1, [p.stem for p in CHAPTERS if p not in WITH_SETUP]
@@ -119,6 +127,4 @@ def test_chapters_open_with_the_shared_setup():
 @pytest.mark.parametrize(("chapter", "count"), RUNS, ids=lambda v: getattr(v, "stem", v))
 def test_chapter_runs_with_this_many_simulated_devices(chapter, count, kernels):
     printed = "".join(execute(chapter, count, kernels))
-    if chapter not in WITH_SETUP:
-        return  # no device plan printed: the teacher's guide
     assert printed.startswith(f"{count} devices: sim:0 (simulated on the CPU)"), printed

@@ -453,7 +453,9 @@ def _execute_in(python: Path, notebook: Path, last_cell: str, env: dict[str, str
 def test_the_wheel_runs_the_teachers_guide_and_the_track_command(offline_venv, tmp_path):
     """Outside a clone the guide finds the chapters the wheel carries, and ``track OUT``
     writes the task tests (from the wheel too) instead of failing on a missing file."""
-    env = _simulated_env()
+    # One simulated device: the fewest the guide meets (a laptop set to 1; every chapter's setup
+    # raises it to 2), so this run is also test_any_hardware's run of the guide.
+    env = _simulated_env(LEARN_PARALLEL_SIMULATED_DEVICES="1")
     env.pop("PYTHONPATH", None)
     env.pop("LEARN_PARALLEL_DATA", None)
     guide = tmp_path / "teaching.ipynb"
