@@ -220,6 +220,28 @@ def torchrun_misses_the_aim_on_four_gpus() -> bool:
     return False
 
 
+def persistent_workers_slowest_on_one_device() -> bool:
+    """At one device learn_parallel's parallel_apply is slower than both others, both runs."""
+    recorded = _recorded()
+    runs = recorded.measurement("worker_overhead"), recorded.repeat["worker_overhead"]
+    ours = "persistent workers (learn_parallel)"
+    i = list(runs[0].x).index("1")
+    others = [name for name in runs[0].series if name != ours]
+    return bool(others) and all(
+        run.series[ours][i] > run.series[name][i] for run in runs for name in others
+    )
+
+
+def broadcast_coalesced_slower_than_copies() -> bool:
+    """floors.json: broadcast_coalesced's median above the one-after-another copies' median."""
+    found = [r["replicate_copies"] for r in _each("floors.json") if "replicate_copies" in r]
+    return bool(found) and all(
+        statistics.median(r["broadcast_coalesced_ms"])
+        > statistics.median(r["one_after_another_ms"])
+        for r in found
+    )
+
+
 def clone_costs_more_host_time() -> bool:
     found = [ms for clone in _each("clone.json") for ms in clone["replicate_host_ms"].values()]
     return bool(found) and all(ms["clone"] > ms["broadcast"] for ms in found)

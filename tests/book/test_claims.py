@@ -187,6 +187,19 @@ CLAIMS: list[Claim] = [
         "chapters.json and chapters-repeat.json: worker_overhead",
     ),
     Claim(
+        "performance",
+        "At one device\nlearn_parallel's is the slowest of the three in both runs",
+        findings.persistent_workers_slowest_on_one_device,
+        "chapters.json and chapters-repeat.json: worker_overhead",
+    ),
+    Claim(
+        "replicate",
+        "on the recording's GPUs the lines above show\n`broadcast_coalesced` slower than the "
+        "copies one after another",
+        findings.broadcast_coalesced_slower_than_copies,
+        "floors.json: replicate_copies",
+    ),
+    Claim(
         "options",
         "keeping the feature map scattered was the faster chain at every device\n"
         "count, and computed exactly the same thing",
