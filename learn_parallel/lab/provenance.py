@@ -160,8 +160,11 @@ def beside_line(record: dict[str, Any]) -> str:
         return "other runs on the host meanwhile: not in this file (see book/data/README.md)"
     if not beside:
         return "nothing else of the recording script ran on the host meanwhile"
-    runs = ", ".join(f"{r['part']} (GPUs {r['gpus']})" for r in beside)
-    return f"ran while other parts of the recording script ran on the same host: {runs}"
+    runs = ", ".join(f"{r['part']} (the host's GPUs {r['gpus']})" for r in beside)
+    return (
+        f"ran while other parts of the recording script ran on the same host: {runs}; "
+        "each lane numbers the GPUs it sees from cuda:0"
+    )
 
 
 def machine() -> str:

@@ -80,7 +80,7 @@ def test_a_recording_names_the_parts_that_ran_beside_it(tmp_path, monkeypatch):
     monkeypatch.setenv(provenance.PART_ENV, "old@h-0")
     assert provenance.ran_beside(now=90.0) == []
     said = provenance.beside_line({"ran_beside": [{"part": "clone", "gpus": "0,1", "start": 1.0}]})
-    assert said.endswith("on the same host: clone (GPUs 0,1)")
+    assert "on the same host: clone (the host's GPUs 0,1); each lane numbers" in said
     assert "nothing else" in provenance.beside_line({"ran_beside": []})
     assert "not in this file" in provenance.beside_line({})
 
