@@ -5,7 +5,8 @@ date, the machine as its hardware names itself, the torch, CUDA and cuDNN versio
 command, what else the recording script ran on the host meanwhile (``ran_beside``), and
 ``measured``: a digest of the code of each file whose behaviour the recording measures
 (`MEASURED` says which; `code_digest`: comments and docstrings left out, so a corrected
-sentence does not turn a recording stale). `changed_since` compares them with the files here;
+sentence does not turn a recording stale), and ``measured_bytes``, their sha256 (the same bytes
+need no parsing). `changed_since` compares them with the files here;
 `stale_recordings` lists every shipped recording whose measured code has changed.
 """
 
@@ -100,14 +101,20 @@ def code_digest(source: str) -> str:
     return "code:" + hashlib.sha256(code.encode()).hexdigest()
 
 
-def file_hashes(names: Iterable[str]) -> dict[str, str]:
-    """``{name: code_digest}`` of files named as in a clone (``learn_parallel/devices.py``); one
-    that does not exist here (moved, deleted, a driver a wheel lacks) is ``"missing"``."""
+def file_hashes(names: Iterable[str], *, raw: bool = False) -> dict[str, str]:
+    """``{name: code_digest}`` of files named as in a clone (``learn_parallel/devices.py``), or
+    with ``raw`` the sha256 of their bytes; one that does not exist here (moved, deleted, a
+    driver a wheel lacks) is ``"missing"``."""
     paths = {name: package_dir().parent / name for name in sorted(set(names))}
-    return {
-        name: code_digest(path.read_text()) if path.is_file() else "missing"
-        for name, path in paths.items()
-    }
+    hashes = {}
+    for name, path in paths.items():
+        if not path.is_file():
+            hashes[name] = "missing"
+        elif raw:
+            hashes[name] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            hashes[name] = code_digest(path.read_text())
+    return hashes
 
 
 def commit() -> tuple[str | None, str]:
@@ -207,13 +214,17 @@ def stamp(report: dict[str, Any], recording: str) -> dict[str, Any]:
         "command": metadata["command"],
         "ran_beside": ran_beside(),
         "measured": file_hashes(MEASURED[recording]),
+        "measured_bytes": file_hashes(MEASURED[recording], raw=True),
     }
 
 
 def changed_since(record: dict[str, Any]) -> list[str]:
     """Measured files of ``record`` changed here since (a driver a wheel lacks is unknown)."""
-    measured = record.get("measured") or {}
-    now = file_hashes(measured)
+    measured, recorded_bytes = record.get("measured") or {}, record.get("measured_bytes") or {}
+    # The same bytes are the same code: only a file whose bytes changed is parsed again.
+    bytes_now = file_hashes((n for n in measured if n in recorded_bytes), raw=True)
+    same = {n for n, h in bytes_now.items() if h == recorded_bytes[n]}
+    now = file_hashes(n for n in measured if n not in same) | {n: measured[n] for n in same}
     return [
         name
         for name, digest in measured.items()

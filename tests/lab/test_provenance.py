@@ -87,7 +87,10 @@ def test_a_recording_names_the_parts_that_ran_beside_it(tmp_path, monkeypatch):
 
 def test_a_changed_file_makes_a_recording_stale_and_a_driver_a_wheel_lacks_does_not():
     record = provenance.stamp({}, "ladder.json")
+    # Bytes that differ but code that does not (a comment edited): not stale.
+    record["measured_bytes"]["learn_parallel/replicate.py"] = "3" * 64
     record["measured"]["learn_parallel/scatter_gather.py"] = "0" * 64  # changed since
+    record["measured_bytes"]["learn_parallel/scatter_gather.py"] = "0" * 64
     record["measured"]["experiments/not_shipped.py"] = "1" * 64  # not here: unknown
     record["measured"]["learn_parallel/removed_since.py"] = "2" * 64  # package file gone
     assert provenance.changed_since(record) == [
