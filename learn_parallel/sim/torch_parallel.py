@@ -97,7 +97,7 @@ def _prefer_simulated_devices() -> None:
 
     def forced() -> bool:
         cuda = torch.cuda.is_available()
-        ours_simulate = simulation_forced() or not cuda
+        ours_simulate = simulation_forced() or not cuda  # devices.device_type's rule (below it)
         return ours_simulate and (cuda or torch.backends.mps.is_available())
 
     data_parallel._get_available_device_type = lambda: NAME if forced() else device_type()
