@@ -16,9 +16,15 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Callable
 from html import escape
 from typing import Any
+
+# nbformat imports jsonschema, which imports rfc3987_syntax where installed (jupyterlab's
+# dependencies install it) for a URI format no notebook uses: 1.2 s of grammar building per
+# process. Refused before any submodule imports nbformat; jsonschema then skips that format.
+sys.modules.setdefault("rfc3987_syntax", None)
 
 Check = Callable[..., Any]
 _CHECKS: dict[str, Check] = {}

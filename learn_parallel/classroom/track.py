@@ -150,7 +150,10 @@ def run_task(folder: Path, task: str, timeout: int = 300) -> tuple[bool, str]:
     (passed, output tail). What the tests leave running is ended with them."""
     env = dict(os.environ, LEARN_PARALLEL_SIMULATE="1")
     env.pop("LEARN_PARALLEL_SIMULATED_DEVICES", None)
-    command = [sys.executable, "-m", "pytest", "-m", task, "-p", "no:cacheprovider", "-x"]
+    # nbval, where installed, would import Jupyter's stack into every run (seconds) for
+    # tests that hold no notebook.
+    command = [sys.executable, "-m", "pytest", "-m", task, "-x"]
+    command += ["-p", "no:cacheprovider", "-p", "no:nbval"]
     with tempfile.TemporaryFile() as log:  # a file, not a pipe a leftover process could hold
         process = subprocess.Popen(
             command,

@@ -22,8 +22,10 @@ from learn_parallel.lab.workloads import Workload
 COALESCED = 10 * 2**20  # torch.cuda.comm's buffer_size: bytes per broadcast or reduce call
 NEAR = 2.0  # a bar within this factor of its floor is bounded by the floor's resource
 HOW = {  # what sets each phase's floor
-    **dict.fromkeys(("scatter", "grad scatter"), "copies from the first GPU, one by one"),
-    "gather": "copies into the first GPU, one by one",
+    **dict.fromkeys(
+        ("scatter", "grad scatter", "refresh"), "copies from the first GPU, one by one"
+    ),
+    **dict.fromkeys(("gather", "sum"), "copies into the first GPU, one by one"),
     "replicate": "NCCL broadcasts of parameters and buffers, 10 MiB at a time",
     "buffers": "NCCL broadcasts of the buffers",
     "reduce": "NCCL reduces of the gradients, 10 MiB at a time",
@@ -37,15 +39,15 @@ COLLECTIVES = frozenset(("replicate", "buffers", "reduce", "all-reduce"))  # NCC
 # What each ladder rung, and the reference row measured with them (`ladder_rungs.MEASURED`),
 # puts on the step's path besides one replica's compute: communication that its design does
 # not overlap with compute (the reference, as step_graphs, all-reduces after every device's
-# backward graph, and broadcasts the buffers). An overlapped reduction counts as wholly
-# hidden, so these floors are lower than any overlap can reach.
+# backward graph, and broadcasts the buffers; kept replicas copy: `refresh`, `sum`). An
+# overlapped reduction counts as wholly hidden, so these floors are below any overlap's reach.
 DP_PATH = ("scatter", "replicate", "gather", "grad scatter")
+KEPT_PATH = ("scatter", "refresh", "gather", "grad scatter")
 STEP_PATH = {
-    **dict.fromkeys(
-        ("torch_dp", "persistent_workers", "our_forward", "lean_replicate", "kept_replicas"),
-        (*DP_PATH, "reduce"),
-    ),
-    **dict.fromkeys(("overlap_reduce", "cuda_graphs"), DP_PATH),
+    **dict.fromkeys(("torch_dp", "persistent_workers", "our_forward"), (*DP_PATH, "reduce")),
+    "lean_replicate": (*DP_PATH, "reduce"),
+    "kept_replicas": (*KEPT_PATH, "sum"),
+    **dict.fromkeys(("overlap_reduce", "cuda_graphs"), KEPT_PATH),
     "own_optimizers": ("buffers", "scatter", "gather", "grad scatter", "all-reduce"),
     "all_reduce_in_backward": ("buffers", "scatter", "gather", "grad scatter"),
     **dict.fromkeys(("per_device_inputs", "ddp", "ddp_graphs"), ("buffers",)),
@@ -90,8 +92,7 @@ class Floors:
 
     def __init__(self, record: dict[str, Any], machine: str) -> None:
         self.record, self.machine = record, machine
-        self.devices = record["collectives"]["devices"]
-        self.label = record["hardware"]["label"]
+        self.devices, self.label = record["collectives"]["devices"], record["hardware"]["label"]
 
     def copy_gb_s(self, src: int, dst: int) -> float:
         return self.record["copies"]["pairs_gb_s"][src][dst]
@@ -154,13 +155,13 @@ class Floors:
                 return Floor(name, None)
             total = sum(p.ms for p in parts)  # type: ignore[misc]
             return Floor(name, total, sum(p.moved for p in parts), sum(p.flops for p in parts))
-        per_device = moved(c).get(name)
-        if name in ("scatter", "grad scatter"):
+        per_device = moved(c).get({"refresh": "replicate", "sum": "reduce"}.get(name, name))
+        if name in ("scatter", "grad scatter", "refresh"):
             ms = sum(b / (self.copy_gb_s(0, i) * 1e9) for i, b in enumerate(per_device) if b)
             return Floor(name, ms * 1e3, sum(per_device))
         if n != self.devices or name not in HOW:
             return Floor(name, None)
-        if name == "gather":  # copy_ orders each copy after both streams: one after another
+        if name in ("gather", "sum"):  # copy_ orders each after both streams: one after another
             ms = sum(b / (self.copy_gb_s(i, 0) * 1e9) for i, b in enumerate(per_device) if b)
             return Floor(name, ms * 1e3, sum(per_device))
         kind, size = {
@@ -183,8 +184,7 @@ class Floors:
             return None
         compute = [self.phase(problem, n, p).ms or 0.0 for p in ("forward", "replica backward")]
         parts = {"compute": sum(compute)}
-        for name in STEP_PATH[rung]:
-            parts[name] = self.phase(problem, n, name).ms or 0.0
+        parts |= {name: self.phase(problem, n, name).ms or 0.0 for name in STEP_PATH[rung]}
         return sum(parts.values()), parts
 
 
@@ -239,9 +239,10 @@ def bound(floor: Floor, bar: float, gpu: float | None) -> str:
             f"bounded by waits, not by {HOW[floor.phase]}: its GPU worked {gpu:.3f} ms of the"
             f" {bar:.3f} ms bar and waited the rest (for launches, or for another GPU)"
         )
+    why = "it holds memory-bound kernels too, which no floor covers" if floor.flops else ""
     return (
         f"bounded by its own GPU work, {gpu / max(floor.ms, 1e-9):.1f} x the floor set by"
-        f" {HOW[floor.phase]}: that work runs below the measured rate"
+        f" {HOW[floor.phase]}: {why or 'that work runs below the measured rate'}"
     )
 
 
@@ -255,10 +256,10 @@ def table(
     """One recorded step (default: the last): per phase what it moves or computes, its floor,
     its longest GPU bar, the GPU work in that bar and the ratio; then what bounds each.
     ``names`` maps a phase to the floor it has where that is not its own name (None: none)."""
-    n = len([row for row in timeline.devices() if row != "host"])
-    names = names or {}
+    n, names = len([row for row in timeline.devices() if row != "host"]), names or {}
     head = f"{'phase':>22} {'amount':>12} {'floor':>9} {'bar':>9} {'GPU work':>9} {'bar/floor':>9}"
-    lines, said = [head + "  (ms; amount: bytes over all links, or FLOPs; bar: longest row's)"], []
+    head += "  (ms; amount: bytes over all links, or FLOPs per GPU; bar: longest row's)"
+    lines, said = [head], []
     for name, (row, bar, gpu) in bars(timeline, step).items():
         floor_of = names.get(name, name)
         f = floors.phase(problem, n, floor_of) if floor_of else Floor("", None)
@@ -287,14 +288,13 @@ def describe(floors: Floors) -> str:
         rows = r["collectives"][kind][::2]  # every other size measured
         cells = ", ".join(f"{_size(x['bytes'])} {x['busbw_gb_s']:.1f}" for x in rows)
         lines.append(f"  {kind:>10}: {cells}")
-    for name in ("matmul", "conv"):
-        op = r["compute"][name]
+    stages = [(f"  stage {i}", op) for i, op in enumerate(r["compute"].get("convolutions", []), 1)]
+    for name, op in [(k, r["compute"][k]) for k in ("matmul", "conv")] + stages:
         lines.append(f"{name}: {op['tflop_s']:.1f} TFLOP/s ({op['operation']})")
     settings = ", ".join(f"{k} {v}" for k, v in r["compute"]["settings"].items())
     return "\n".join([*lines, f"settings: {settings}"])
 
 
 def _size(nbytes: int) -> str:
-    return next(
-        f"{nbytes // u} {n}" for u, n in ((2**20, "MiB"), (2**10, "KiB"), (1, "B")) if nbytes >= u
-    )
+    unit, name = next(u for u in ((2**20, "MiB"), (2**10, "KiB"), (1, "B")) if nbytes >= u[0])
+    return f"{nbytes // unit} {name}"

@@ -8,7 +8,7 @@ bar of the profiled repeat, overlapping work counted once. Bars and kernels meet
 GPU's own clock: before and after the profiled steps a spin kernel sits between two CUDA
 events on every GPU, and the event after it ends when the kernel does, so one instant is
 known on both clocks. (Tying them through the host clock instead, one anchor for all GPUs,
-was off by tens of microseconds per GPU: enough to cut a short bar's kernels in half.)
+left each GPU's clock offset uncorrected: a short bar could lose its last kernels.)
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ the JSON file), returns the Figure, and names the hardware that made the numbers
 
 from __future__ import annotations
 
+import textwrap
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -264,7 +265,10 @@ def plot_measurement(live: Measurement, recorded: Measurement | None = None) -> 
     same_title = all(m.title == live.title for m in panels)
     for ax, m, where in zip(axes[0], panels, ("this machine", "recorded")):
         _draw_measurement(ax, m)
-        what = "" if same_title else f"{m.title}\n"  # e.g. a different problem size
+        # A different problem size per panel: each title over its own panel, wrapped (the
+        # sizes after a colon on a line of their own) so that two long titles do not overlap.
+        wrapped = ":\n".join(textwrap.fill(part, 60) for part in m.title.split(": ", 1))
+        what = "" if same_title else f"{wrapped}\n"
         ax.set_title(f"{what}{where}: {m.hardware}", fontsize=9)
     if same_title:
         fig.suptitle(live.title, fontsize=10)

@@ -30,8 +30,9 @@ from learn_parallel.variants.options import check_on_device
 def move_to_device(value: Any, device: Device) -> Any:
     """A copy of ``value`` with every tensor moved to ``device``, asynchronously.
 
-    Tuples, lists, dicts, namedtuples and dataclasses are rebuilt around the
-    moved tensors; any other object with a ``.to()`` method is moved by calling
+    Tuples, lists, dicts, namedtuples and dataclasses without a ``.to()`` are
+    rebuilt around the moved tensors; any other object with a ``.to()`` method
+    (a dataclass included) is moved by calling
     ``value.to(device, non_blocking=True)``; anything else is returned as is.
     The copy is non-blocking, which overlaps with compute when the source is in
     pinned memory (DataLoader's ``pin_memory=True``).
@@ -53,8 +54,10 @@ class TupleParallel(DataParallel):
 
     DataParallel with two steps changed: `scatter` gives batch i to device i instead
     of splitting one batch, and `gather` leaves the outputs where they are, as a
-    tuple. ``device_ids`` and ``dim`` mean what they mean for DataParallel; there is
-    no ``output_device``, since nothing is gathered. With ``transfer=True`` (the
+    tuple. ``device_ids`` means what it means for DataParallel; ``dim`` splits
+    nothing here (both steps that read it are replaced) and only reaches the
+    `PerDeviceCollate` that `collate_fn()` returns. There is no
+    ``output_device``, since nothing is gathered. With ``transfer=True`` (the
     default) batch i is moved to device i, and the keyword arguments, shared by
     every replica, are moved to every device; with ``transfer=False`` batch i
     must already sit there, which is checked for tensors (custom objects cannot

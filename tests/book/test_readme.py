@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from _book import ROOT
 
@@ -50,7 +51,7 @@ UNENCRYPTED = "Kernel is running over TCP without encryption"
 
 def _execute(command: list[str], tmp_path: Path) -> str:
     """Run an nbconvert command line on a one-cell notebook in ``tmp_path``; its stderr."""
-    import nbformat
+    nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (Jupyter)")
 
     notebook = tmp_path / "one.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("6 * 7")]), notebook)
@@ -75,7 +76,7 @@ def test_the_readmes_nbconvert_line_runs_a_kernel_without_the_tcp_warning(tmp_pa
 
 
 def test_execute_chapters_starts_its_kernels_without_the_tcp_warning(tmp_path):
-    import nbformat
+    nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (Jupyter)")
 
     notebook = tmp_path / "one.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("6 * 7")]), notebook)

@@ -214,14 +214,21 @@ def test_the_table_says_what_bounds_each_bar(recorded):
 def test_a_rungs_step_floor_adds_what_its_design_does_not_overlap(recorded):
     # every row the ladder measures (its rungs and the reference) and DDP's rows
     assert set(floors.STEP_PATH) == {r.name for r in MEASURED} | set(DDP_ROWS)
-    kept, parts = recorded.step("mlp", 4, "kept_replicas")
-    overlapped, _ = recorded.step("mlp", 4, "overlap_reduce")
-    assert kept == pytest.approx(sum(parts.values()))
-    assert kept - overlapped == pytest.approx(parts["reduce"])
+    dp, parts = recorded.step("mlp", 4, "torch_dp")
+    assert dp == pytest.approx(sum(parts.values()))
     assert recorded.step("mlp", 4, "ddp")[0] == pytest.approx(parts["compute"])  # no buffers
     # our forward around torch's replicate moves what torch's DataParallel moves, unoverlapped
-    assert recorded.step("mlp", 4, "our_forward") == (kept, parts)
-    assert recorded.step("mlp", 4, "torch_dp") == (kept, parts)
+    assert recorded.step("mlp", 4, "our_forward") == (dp, parts)
+    # kept replicas use no NCCL: refresh copies from the first GPU, the sum copies into it
+    kept, copied = recorded.step("mlp", 4, "kept_replicas")
+    overlapped, _ = recorded.step("mlp", 4, "overlap_reduce")
+    assert set(copied) == {"compute", "scatter", "refresh", "gather", "grad scatter", "sum"}
+    assert kept - overlapped == pytest.approx(copied["sum"])
+    c = recorded.counts("mlp", 4)
+    size = c["parameters"] + c["buffers"]
+    from_first = sum(size / (gb * 1e9) for gb in (310.0, 320.0, 330.0)) * 1e3
+    assert copied["refresh"] == pytest.approx(from_first)
+    assert copied["sum"] == pytest.approx(3 * c["gradients"] / 300e9 * 1e3)  # 300 GB/s into 0
     # the reference all-reduces after backward, as step_graphs does; nothing scattered (and
     # this MLP has no buffers)
     reference, by_part = recorded.step("mlp", 4, "one_thread_reference")

@@ -159,6 +159,19 @@ def test_each_shipped_recording_names_the_bytes_it_measured_where_its_digest_was
             assert all(v.startswith("code:") or v == "missing" for v in record["measured"].values())
 
 
+def test_the_shipped_recordings_measured_one_code():
+    # Recordings from several runs (and commits) may ship together only where each file they
+    # measured has one code digest in all of them: the numbers then come from the same code.
+    seen: dict[str, dict[str, list[str]]] = {}
+    for path in provenance.recordings():
+        for name, digest in json.loads(path.read_text())["measured"].items():
+            seen.setdefault(name, {}).setdefault(digest, []).append(
+                path.parent.name + "/" + path.name
+            )
+    differ = {name: by for name, by in seen.items() if len(by) > 1}
+    assert not differ, f"measured files with different code in different recordings: {differ}"
+
+
 def test_every_recording_the_chapters_read_names_its_commit_machine_and_code():
     missing = {}
     for path in provenance.recordings():
