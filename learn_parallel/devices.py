@@ -249,7 +249,7 @@ def check_balance(
     capacity_of: Callable[[Device], DeviceCapacity] = _cuda_capacity,
     threshold: float = 0.75,
 ) -> bool:
-    """Warn when one GPU has much less memory or fewer cores than another.
+    """Warn when one GPU has much less memory or fewer multiprocessors than another.
 
     Every replica gets an equal share of the batch, so the step waits for the
     slowest (or smallest) GPU. Returns True when the devices are balanced.

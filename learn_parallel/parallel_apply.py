@@ -1,12 +1,14 @@
 """Run every replica's forward at the same time, one persistent thread per device.
 
 With two or more replicas, PyTorch's DataParallel starts a fresh thread per replica
-on every step, so what PyTorch keeps per thread (current device and stream, grad and
-autocast mode, per-thread caches) starts from its defaults each step. Here each
-device keeps one worker thread, and each job carries the caller's settings. The file
-reads in the order a job travels: `parallel_apply`, the caller's state bound to the
-job, the worker pool, and how a replica's error comes home (the parallel_apply
-chapter, ``book/parallel_apply.ipynb``; the performance chapter measures the workers).
+on every step. Its worker sets grad mode and the autocast flag as the caller had
+them, the replica's device, and the caller's stream there; the rest of what PyTorch
+keeps per thread (autocast's dtype, inference mode, saved-tensor hooks, mode stacks,
+per-thread caches) starts from its defaults each step. Here each device keeps one
+worker thread, and each job carries the caller's settings. The file reads in the
+order a job travels: `parallel_apply`, the caller's state bound to the job, the
+worker pool, and how a replica's error comes home (the parallel_apply chapter,
+``book/parallel_apply.ipynb``; the performance chapter measures the workers).
 """
 
 from __future__ import annotations
@@ -132,9 +134,10 @@ class _Job:
         try:
             self.result = self.call()
         except BaseException as error:  # reported to the caller, never kills the worker
-            # The traceback's frames would keep the replica, its inputs and activations
-            # alive as long as the exception: keep its lines, not its variables. This
-            # frame, still running, cannot be cleared and holds the job: leave it out.
+            # The worker's frames would keep the forward's locals, activations included,
+            # alive as long as the exception: keep their lines, not their variables (the
+            # replicas and inputs stay held by the caller's frames it is raised through).
+            # This frame, still running, cannot be cleared and holds the job: leave it out.
             error.__traceback__ = error.__traceback__.tb_next
             traceback.clear_frames(error.__traceback__)
             self.failure = error

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
-from learn_parallel.lab.floors import COLLECTIVES
+from learn_parallel.lab.floors import COLLECTIVES, STEP_PATH
 from learn_parallel.lab.measurement import HOST, HOST_RETURNED, HOST_SYNCED
 from learn_parallel.lab.spread import Spread, compare
 from learn_parallel.lab.timeline import Timeline
@@ -93,10 +93,6 @@ def clock_of(report: dict[str, Any]) -> str:
     return meta.get("clock") or (HOST if simulated else HOST_SYNCED)
 
 
-def _hardware(report: dict[str, Any]) -> str:
-    return f"{report['hardware']['label']} ({clock_of(report)})"
-
-
 def plot_ladder(report: dict[str, Any], kind: str, title: str) -> Figure:
     """Step time per rung for one workload, each bar labelled; with a DDP rung, DDP's bar is
     green, a dashed line marks its time and the labels give each rung's ratio to it. A bar is
@@ -104,10 +100,8 @@ def plot_ladder(report: dict[str, Any], kind: str, title: str) -> Figure:
     with its status."""
     rows = [r for r in report["rows"] if r["workload"] == kind]
     fig, ax = plt.subplots(figsize=(10, 3.8), layout="constrained")
-    names = [r["rung"] for r in rows]
     values = [r.get("step_ms", 0.0) if r["status"] == "ok" else 0.0 for r in rows]
-    colors = [DDP_COLORS.get(r["rung"], "#4c72b0") for r in rows]
-    ax.bar(range(len(rows)), values, color=colors)
+    ax.bar(range(len(rows)), values, color=[DDP_COLORS.get(r["rung"], "#4c72b0") for r in rows])
     ddp = next((r.get("step_ms") for r in rows if r["rung"] == "ddp" and r["status"] == "ok"), None)
     for i, r in enumerate(rows):
         if r["status"] != "ok":
@@ -120,14 +114,12 @@ def plot_ladder(report: dict[str, Any], kind: str, title: str) -> Figure:
         ax.text(i, max(rounds or [values[i]]), label, ha="center", va="bottom", fontsize=8)
     if ddp:
         ax.axhline(ddp, color="#55a868", linestyle="--", linewidth=1)
-    ax.set_xticks(range(len(rows)), names, rotation=25, ha="right")
+    ax.set_xticks(range(len(rows)), [r["rung"] for r in rows], rotation=25, ha="right")
     ax.set_ylabel("step time, median of rounds (ms)")
     workload = report["workloads"][kind]["title"]
-    if ddp:
-        legend = "labels: step time / DDP's (green bar, dashed line)"
-    else:
-        legend = "labels: step time; no DDP rung in this run"
-    ax.set_title(f"{title}: {workload}\n{_hardware(report)}; {legend}")
+    legend = " / DDP's (green bar, dashed line)" if ddp else "; no DDP rung in this run"
+    hardware = f"{report['hardware']['label']} ({clock_of(report)})"
+    ax.set_title(f"{title}: {workload}\n{hardware}; labels: step time{legend}")
     return fig
 
 
@@ -179,15 +171,13 @@ def verdict(row: dict[str, Any], other: dict[str, Any]) -> str:
     their rounds' medians (a difference inside that spread is a tie); ``"one round"`` when
     either has fewer than two rounds, which cannot tell."""
     mine, theirs = repeats_of(row), repeats_of(other)
-    if len(mine) < 2 or len(theirs) < 2:
-        return "one round"
-    return compare(mine, theirs, "range")
+    return compare(mine, theirs, "range") if min(len(mine), len(theirs)) > 1 else "one round"
 
 
 def ladder_table(report: dict[str, Any]) -> str:
     """Per workload and rung: the median of the rounds (their range), the ratio to DDP's
     median, and `verdict` against the rung below and against DDP."""
-    lines = [f"{report['set']} on {_hardware(report)}"]
+    lines = [f"{report['set']} on {report['hardware']['label']} ({clock_of(report)})"]
     for kind, workload in report["workloads"].items():
         rows = {r["rung"]: r for r in report["rows"] if r["workload"] == kind}
         ddp = rows.get("ddp") if rows.get("ddp", {}).get("status") == "ok" else None
@@ -233,9 +223,18 @@ def phase_lines(report: dict[str, Any], kind: str, rung: str, below: str) -> lis
         line += f"{b.median:6.2f} ({b.low:.2f}-{b.high:.2f}) ms, {said}"
         if all(work):
             line += f"; GPU work {work[0].get(phase, 0.0):.2f} -> {work[1].get(phase, 0.0):.2f}"
-            line += " (NCCL kernel time, waits for peers included)" if phase in COLLECTIVES else ""
+            nccl = [name for name in (below, rung) if _as_floor(name, phase) in COLLECTIVES]
+            whose = f"{nccl[0]}'s: " if len(nccl) == 1 else ""  # a pair whose phases differ
+            line += f" ({whose}NCCL kernel time, waits for peers included)" if nccl else ""
         lines.append(line)
     return lines
+
+
+def _as_floor(rung: str, phase: str) -> str:
+    """The floor (`floors.HOW`) of what ``rung`` marks ``phase``: the kept replicas mark their
+    refresh (peer copies, no NCCL; `floors.STEP_PATH`) ``replicate``."""
+    kept = phase == "replicate" and "refresh" in STEP_PATH.get(rung, ())
+    return "refresh" if kept else {"broadcast buffers": "buffers"}.get(phase, phase)
 
 
 def _gpu_work(timeline: dict[str, Any] | None) -> dict[str, float]:

@@ -121,7 +121,7 @@ short_tracebacks()  # error demonstrations end in their message, not in pages of
 
 def recorded_summary() -> str:
     """One line on the GPU runs the chapters show, and one per recording whose code changed."""
-    lines = [f"recorded GPU runs: {RECORDED.hardware}, {RECORDED.date[:10]}"]
+    lines = [f"recorded GPU runs: {RECORDED.hardware}, {RECORDED.date[:10]} (others name theirs)"]
     for name in ("chapters.json", "chapters-repeat.json", "bench.json", "chain_bench.json"):
         record = records.read_json(name, RECORDED.machine)
         if record and (stale := provenance.staleness_line(record)):

@@ -69,7 +69,7 @@ def _clock_note(timeline: Timeline) -> str:
         gpus = "GPU rows: CUDA event pairs (waits for launches included)"
         return f"{gpus}; host row: host clock" if HOST in timeline.devices() else gpus
     if any(r.phase == "replica backward" for r in timeline.records):
-        # CPU autograd runs every replica's backward in the calling thread, in turn.
+        # The calling thread runs every replica's CPU backward, interleaved by sequence number.
         return "host clock; one autograd thread runs every replica's backward"
     return "host clock (simulated devices share the CPU)"
 

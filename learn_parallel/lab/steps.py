@@ -49,7 +49,7 @@ def train_step(
     workload: Workload,
     optimizer: Any,
 ) -> None:
-    """One full training step; the phase marks cost nothing unless a recorder is on."""
+    """One full training step; the phase marks cost a flag read unless a recorder is on."""
     output = model(x)
     with phase("loss"):
         loss = loss_function(workload, output, y)

@@ -22,9 +22,9 @@ from learn_parallel.ladder.kept_replicas import KeptReplicas
 from learn_parallel.phases import phase
 
 # Only the capturing thread's calls must be capture-safe. In CUDA's default ("global") mode
-# an unsafe call from any thread of the process ends a capture; on a 4 x H100 host the first
-# captures of a process were refused so ("operation failed due to a previous error during
-# capture") while the warm-up's in-process NCCL communicators were new.
+# an unsafe call from any thread of the process ends a capture; in an earlier run (on another
+# host, its log not kept) the first captures of a process were refused so ("operation failed
+# due to a previous error during capture") while the warm-up's NCCL communicators were new.
 THREAD_LOCAL = {"capture_error_mode": "thread_local"}
 
 

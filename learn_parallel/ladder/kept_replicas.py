@@ -100,8 +100,8 @@ class KeptReplicas:
         """Copy the original's parameters and buffers into the first ``count`` replicas.
 
         Per dtype: one multi-tensor copy into replica 0's flat buffer, then one
-        device-to-device copy of that buffer into each other replica's: a
-        coalesced broadcast, with no module rebuilt.
+        device-to-device copy of that buffer into each other replica's (plain peer
+        copies, not an NCCL broadcast), with no module rebuilt.
         """
         with torch.no_grad():
             for dtype, originals in self._originals.items():

@@ -169,3 +169,26 @@ def test_phase_lines_compare_each_phase_over_the_rounds():
     ]
     del report["rows"][0]["phase_ms"]  # a recording made before the rounds kept their phases
     assert bridges.phase_lines(report, "mlp", "overlap_reduce", "kept_replicas") == []
+
+
+def test_phase_lines_call_gpu_work_nccl_time_only_where_the_rungs_phase_runs_nccl():
+    """The kept replicas' ``replicate`` is `KeptReplicas.refresh` (peer copies, no NCCL);
+    `ReplicatedStep`'s ``broadcast buffers`` and the DataParallel rungs' ``replicate`` are NCCL."""
+    marks = {"replicate": ["lean_replicate", "kept_replicas", "overlap_reduce"]}
+    marks["broadcast buffers"] = ["own_optimizers", "all_reduce_in_backward"]
+    report = {"rows": []}
+    for phase, rungs in marks.items():
+        timeline = {"records": [{"device": "cuda:0", "phase": phase, "step": 0, "gpu_ms": 1.0}]}
+        for name in rungs:
+            row = _row(name, [1.0, 1.0]) | {"phase_ms": [{phase: 1.0}] * 2, "timeline": timeline}
+            report["rows"].append(row)
+
+    def caveat(rung, below):
+        (line,) = bridges.phase_lines(report, "mlp", rung, below)
+        return line.partition("GPU work 1.00 -> 1.00")[2]
+
+    assert caveat("overlap_reduce", "kept_replicas") == ""
+    nccl = " (NCCL kernel time, waits for peers included)"
+    assert caveat("all_reduce_in_backward", "own_optimizers") == nccl
+    mixed = " (lean_replicate's: NCCL kernel time, waits for peers included)"
+    assert caveat("kept_replicas", "lean_replicate") == mixed
