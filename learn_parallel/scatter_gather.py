@@ -126,7 +126,8 @@ def _split_leaves(
     count = next((len(c) for c in columns if c is not None), len(devices))
     for i, (_, value) in enumerate(leaves):
         if columns[i] is None and isinstance(value, torch.Tensor):
-            # A 0-dim tensor cannot be split: every replica gets its own copy.
+            # A 0-dim tensor cannot be split: each replica gets a copy on its device (one
+            # already there, the tensor itself: .to returns it).
             columns[i] = [value.to(target, non_blocking=True) for target in targets[:count]]
         elif columns[i] is None:
             columns[i] = [value] * count  # the very same object for every replica

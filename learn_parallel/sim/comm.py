@@ -123,7 +123,10 @@ def _unflatten(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.T
     # torch's _unflatten_dense_tensors would mix devices: its `like` tensors only give shapes.
     pieces, offset = [], 0
     for tensor in like:
-        pieces.append(flat.narrow(0, offset, tensor.numel()).view(tensor.size()).detach())
+        # .data, not .detach(): each piece gets a version counter of its own, as CUDA's
+        # (comm.cpp, "Version Counter"), so an in-place update of one replica buffer does not
+        # invalidate another saved for backward
+        pieces.append(flat.narrow(0, offset, tensor.numel()).view(tensor.size()).data)
         offset += tensor.numel()
     return pieces
 

@@ -1,7 +1,7 @@
 """Replicate the libtorch way: clone the module per device, then wire gradient edges.
 
-C++ modules cannot swap a parameter for the output of an autograd Function, so
-libtorch's ``data_parallel`` replicates in two steps instead of through `Broadcast`:
+libtorch chose not to swap a C++ module's parameters for an autograd Function's outputs
+(``Note [Replicating Modules]``), so ``data_parallel`` replicates in two steps, not `Broadcast`:
 
 1. **clone**: every replica is a full copy of the module made on its device,
    parameters and buffers included, with no autograd history;

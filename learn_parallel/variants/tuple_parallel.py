@@ -33,9 +33,13 @@ def move_to_device(value: Any, device: Device) -> Any:
     Tuples, lists, dicts, namedtuples and dataclasses without a ``.to()`` are
     rebuilt around the moved tensors; any other object with a ``.to()`` method
     (a dataclass included) is moved by calling
-    ``value.to(device, non_blocking=True)``; anything else is returned as is.
-    The copy is non-blocking, which overlaps with compute when the source is in
-    pinned memory (DataLoader's ``pin_memory=True``).
+    ``value.to(device, non_blocking=True)``, which must return a moved copy: an
+    object moved in place (an ``nn.Module``) and passed as a keyword argument
+    would reach every replica as one object, left on the last device. Anything
+    else is returned as is. The copy is non-blocking: from pinned memory
+    (DataLoader's ``pin_memory=True``) the host queues it and goes on. The work
+    queued next on the device's current stream, such as the replica's forward,
+    waits for it: the copy does not overlap with that compute.
     """
     # A custom batch type (even a dataclass) knows best how to move itself.
     is_container = isinstance(value, tuple | list | dict | type)
@@ -58,10 +62,10 @@ class TupleParallel(DataParallel):
     nothing here (both steps that read it are replaced) and only reaches the
     `PerDeviceCollate` that `collate_fn()` returns. There is no
     ``output_device``, since nothing is gathered. With ``transfer=True`` (the
-    default) batch i is moved to device i, and the keyword arguments, shared by
-    every replica, are moved to every device; with ``transfer=False`` batch i
-    must already sit there, which is checked for tensors (custom objects cannot
-    be inspected), on GPUs and simulated devices alike.
+    default) batch i is moved to device i; with ``transfer=False`` batch i must
+    already sit there, which is checked for tensors (custom objects cannot be
+    inspected), on GPUs and simulated devices alike. In both modes the keyword
+    arguments, shared by every replica, are moved to every device.
     """
 
     def __init__(

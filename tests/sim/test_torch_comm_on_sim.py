@@ -247,3 +247,33 @@ def test_torch_data_parallel_picks_sim_on_a_mac(monkeypatch):
     wrapped.module.register_forward_hook(lambda m, args, out: rows.append(args[0].shape[0]))
     wrapped(torch.ones(8, 3, device="sim:0"))
     assert sorted(rows) == [2, 2, 2, 2]  # split over the simulated devices, not called whole
+
+
+class _ReadsOneBufferUpdatesAnother(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(3, 3)
+        self.register_buffer("scale", torch.full((3,), 2.0))
+        self.register_buffer("count", torch.zeros(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x) * self.scale  # scale is saved for backward
+        self.count.add_(1)  # another buffer of the same broadcast, updated in place
+        return y
+
+
+@pytest.mark.parametrize("wrapper", [lp.DataParallel, nn.DataParallel], ids=["ours", "torch's"])
+def test_broadcast_pieces_have_version_counters_of_their_own_as_on_cuda(wrapper):
+    # CUDA's broadcast_coalesced gives every unflattened piece its own version counter
+    # (comm.cpp, "Version Counter"); sharing one would make the in-place update of `count`
+    # invalidate `scale`, saved for backward, and the step would fail on simulated devices only.
+    pieces = sim_comm.broadcast_coalesced([torch.ones(3, device="sim:0")] * 2, [0, 1])[1]
+    pieces[0].add_(1)
+    assert pieces[1]._version == 0
+    torch.manual_seed(0)
+    x = torch.randn(8, 3, device="sim:0")
+    one, model = _ReadsOneBufferUpdatesAnother().to("sim:0"), None
+    model = copy.deepcopy(one)
+    one(x).sum().backward()
+    wrapper(model, [0, 1])(x).sum().backward()
+    assert_close(grads(model), grads(one))

@@ -55,8 +55,9 @@ def check_bucket_plan(
         assert _groups(got) == _groups(expected), (
             f"For parameters of {list(sizes)} bytes, dtypes {names}, and a cap of {cap} bytes, "
             f"FastDataParallel makes buckets {expected}, you made {got}. A bucket holds one "
-            f"dtype: plan each dtype's parameters on their own, last first (as DDP's first "
-            f"plan does), then give back positions in the whole parameter list."
+            f"dtype: plan each dtype's parameters on their own, last first (roughly the order "
+            f"backward makes their gradients in), then give back positions in the whole "
+            f"parameter list."
         )
 
 
