@@ -309,3 +309,9 @@ def tuple_parallel_ties() -> bool:
     pairs = zip(recorded.repeats["TupleParallel"], recorded.repeats["DataParallel"])
     verdicts = dict(zip(recorded.x, (compare(tp, dp) for tp, dp in pairs)))
     return verdicts == {"1": "tie", "2": "tie", "4": "tie"}
+
+
+def profiler_tax_ties_all_rungs_but_one() -> bool:
+    (tax,) = _each("profiler_tax.json")
+    verdicts = [compare(r["taxed"], r["clean"]) for r in tax["rungs"].values()]
+    return len(verdicts) > 2 and verdicts.count("tie") == len(verdicts) - 1

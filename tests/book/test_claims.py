@@ -154,6 +154,12 @@ CLAIMS: list[Claim] = [
         BENCH + ": the plotted timeline",
     ),
     Claim(
+        "devices",
+        "profiler tied with clean ones on every rung but one",
+        findings.profiler_tax_ties_all_rungs_but_one,
+        "profiler_tax.json",
+    ),
+    Claim(
         "performance",
         "On ResNet-18 the caller's thread was slower than the persistent threads",
         findings.caller_thread_slower_on_resnet,
