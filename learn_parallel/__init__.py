@@ -16,6 +16,7 @@ from learn_parallel.scatter_gather import gather, scatter, scatter_kwargs
 from learn_parallel.variants import (
     CloneDataParallel,
     OptionsDataParallel,
+    PerDevice,
     PerDeviceCollate,
     TupleParallel,
     gather_per_device,
@@ -37,6 +38,7 @@ __all__ = [
     "data_parallel",
     # the variants
     "OptionsDataParallel",
+    "PerDevice",
     "gather_per_device",
     "TupleParallel",
     "PerDeviceCollate",

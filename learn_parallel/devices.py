@@ -15,6 +15,7 @@ cores. Everything that prints a simulated device says so (the devices chapter,
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,10 @@ import torch
 
 from learn_parallel import sim
 from learn_parallel.sim import SIMULATED_DEVICES_ENV
+
+# As code objects name their files: this package's, and torch's (nn.Module.__call__ runs
+# between a user's line and a wrapper's forward).
+_NOT_THE_USER = (os.path.dirname(__file__) + os.sep, os.path.dirname(torch.__file__) + os.sep)
 
 SIMULATED = sim.NAME
 FORCE_SIMULATION_ENV = sim.SIMULATE_ENV  # "1" (or true, yes, on): simulate even beside GPUs
@@ -175,10 +180,13 @@ def resolve_devices(
 
 def _parse(device: DeviceLike, kind: str, count: int, allow_cpu: bool = False) -> Device:
     """One id as a `Device` of this machine's ``kind`` (``count`` of them), or a clear error."""
+    # The forms this machine accepts: 'sim:N' where devices are simulated, 'cpu' only
+    # where the host is allowed (an output device).
+    cpu = ", 'cpu'" if allow_cpu else ""
+    forms = f"an int, '{kind}:N'{cpu} or a torch.device"
     if isinstance(device, bool) or not isinstance(device, int | str | torch.device):
         raise TypeError(
-            f"Expected a device id (int, 'cuda:N' or torch.device), got {device!r} "
-            f"of type {type(device).__name__}."
+            f"Expected a device id ({forms}), got {device!r} of type {type(device).__name__}."
         )
     if isinstance(device, int):
         parsed = Device("cpu") if device == -1 and allow_cpu else Device(kind, device)
@@ -192,7 +200,7 @@ def _parse(device: DeviceLike, kind: str, count: int, allow_cpu: bool = False) -
             else:  # a bare "cuda" means the current device, as in PyTorch; "sim" is sim:0
                 parsed = Device(name, torch.cuda.current_device() if name == "cuda" else 0)
         else:
-            raise ValueError(f"Unknown device {str(device)!r}; use an int, 'cuda:N' or 'cpu'.")
+            raise ValueError(f"Unknown device {str(device)!r}; use {forms}.")
     if parsed.type == "cpu":
         if allow_cpu:
             return parsed
@@ -244,6 +252,14 @@ def _cuda_capacity(device: Device) -> DeviceCapacity:
     return DeviceCapacity(props.total_memory, props.multi_processor_count)
 
 
+def warn_at_user(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn at the first line outside this package and torch: the user's, however deep."""
+    frame, level = sys._getframe(1), 2  # stacklevel 1 would be this function
+    while frame is not None and frame.f_code.co_filename.startswith(_NOT_THE_USER):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
+
+
 def check_balance(
     devices: Sequence[Device],
     capacity_of: Callable[[Device], DeviceCapacity] = _cuda_capacity,
@@ -265,12 +281,11 @@ def check_balance(
         if smallest < threshold * largest:
             weak, strong = real[values.index(smallest)], real[values.index(largest)]
             what = "memory" if field == "total_memory" else "multiprocessors"
-            warnings.warn(
+            warn_at_user(
                 f"GPU {weak.index} has less than {threshold:.0%} of the {what} of "
                 f"GPU {strong.index}, and every replica gets an equal share of the "
                 f"batch, so it will hold the others back. Leave it out with "
                 f"device_ids=[...] or CUDA_VISIBLE_DEVICES.",
-                stacklevel=3,
             )
             return False
     return True

@@ -13,6 +13,7 @@ worker pool, and how a replica's error comes home (the parallel_apply chapter,
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import traceback
@@ -23,7 +24,7 @@ from typing import Any, NoReturn
 import torch
 from torch import nn
 
-from learn_parallel.devices import Device, DeviceLike, resolve_devices
+from learn_parallel.devices import Device, DeviceLike, resolve_devices, warn_at_user
 from learn_parallel.phases import phase
 
 
@@ -91,7 +92,7 @@ def _bind(module: nn.Module, args: Any, kwargs: dict[str, Any], device: Device) 
     stream and saved-tensor hooks are per thread in PyTorch: read here, in the
     caller's thread, and entered again in the worker's. The hooks are read with
     ``torch._C._autograd._top_saved_tensors_default_hooks``, which torch has from
-    2.8 on; an older torch lacks it, and there no hooks are carried, with no warning.
+    2.8 on; an older torch lacks it, and there no hooks are carried (a warning says so once).
     """
     args = args if isinstance(args, list | tuple) else (args,)
     kind = device.torch_device.type
@@ -99,7 +100,7 @@ def _bind(module: nn.Module, args: Any, kwargs: dict[str, Any], device: Device) 
     autocast = (kind, torch.get_autocast_dtype(kind), torch.is_autocast_enabled(kind))
     stream = None if device.is_simulated else torch.cuda.current_stream(device.index)
     # The innermost saved_tensors_hooks (save_on_cpu ...) of this thread, if any.
-    top_hooks = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    top_hooks = _saved_tensor_hooks_reader()
     hooks = None if top_hooks is None else top_hooks(False)
 
     def call() -> Any:
@@ -123,6 +124,21 @@ def _bind(module: nn.Module, args: Any, kwargs: dict[str, Any], device: Device) 
 
 
 # [worker-pool]
+
+
+@functools.cache  # once per process: the answer depends only on the torch installed
+def _saved_tensor_hooks_reader() -> Callable[[bool], Any] | None:
+    reader = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    if reader is None:
+        warn_at_user(
+            f"torch {torch.__version__} cannot read the saved-tensor hooks of a thread (torch "
+            f"2.8 can), so hooks such as save_on_cpu() set around a call stay in the calling "
+            f"thread and do not reach the replicas' workers, as in torch's DataParallel. "
+            f"Upgrade torch to 2.8 or newer to have them carried."
+        )
+    return reader
+
+
 class _Job:
     """One replica's forward: the call, and a slot for its result or failure."""
 

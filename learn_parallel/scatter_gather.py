@@ -10,7 +10,6 @@ once per device (the scatter and gather chapters, ``book/scatter.ipynb`` and
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,7 +18,7 @@ from torch.autograd import Function
 from torch.nn.utils.rnn import PackedSequence
 
 from learn_parallel import nested
-from learn_parallel.devices import Device, DeviceLike, resolve_devices
+from learn_parallel.devices import Device, DeviceLike, resolve_devices, warn_at_user
 from learn_parallel.phases import phase
 
 
@@ -202,6 +201,22 @@ def scatter_kwargs(
 # --------------------------------------------------------------------------
 
 
+def _shapes_agree_but_along(outputs: Sequence[torch.Tensor], dim: int) -> bool:
+    """Whether the tensors' shapes are equal in every dimension but ``dim``."""
+    first = outputs[0].shape
+    if any(o.dim() != len(first) for o in outputs):
+        return False
+    if not -len(first) <= dim < len(first):
+        return True  # an impossible dim: torch's own IndexError says so
+    along = dim % len(first)
+    return all(
+        size == other
+        for o in outputs
+        for i, (size, other) in enumerate(zip(o.shape, first))
+        if i != along
+    )
+
+
 def join_outputs(outputs: Sequence[Any], target: torch.device, dim: int, path: str) -> Any:
     """Join the replicas' outputs, walking their structures in step; ``path`` names the part."""
     first = outputs[0]
@@ -209,22 +224,22 @@ def join_outputs(outputs: Sequence[Any], target: torch.device, dim: int, path: s
         if not all(isinstance(o, torch.Tensor) for o in outputs):
             raise TypeError(f"Cannot gather {path}: some replicas returned a tensor, others not.")
         if all(o.dim() == 0 for o in outputs):
-            warnings.warn(
+            warn_at_user(
                 f"Gathering {path} along dim {dim}, but every replica returned a 0-dim "
                 f"tensor (a scalar); returning a vector with one value per replica. "
-                f"Reduce it (e.g. .mean()) or return per-sample values instead.",
-                stacklevel=4,
+                f"Reduce it (e.g. .mean()) or return per-sample values instead."
             )
             outputs = [o.unsqueeze(0) for o in outputs]
             dim = 0
-        try:
-            return Gather.apply(target, dim, *outputs)
-        except RuntimeError as error:
+        if not _shapes_agree_but_along(outputs, dim):
+            # Checked before joining, so that torch's own errors (out of memory, a
+            # failed copy) reach the caller unchanged rather than blamed on shapes.
             shapes = ", ".join(str(tuple(o.shape)) for o in outputs)
             raise ValueError(
                 f"Cannot gather {path} along dim {dim}: the replicas' shapes {shapes} "
-                f"differ in another dimension. ({error})"
-            ) from None
+                f"differ in another dimension (or in their number of dimensions)."
+            )
+        return Gather.apply(target, dim, *outputs)
     if first is None:
         if any(o is not None for o in outputs):
             raise TypeError(f"Cannot gather {path}: some replicas returned None, others not.")

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
-from learn_parallel.lab.floors import COLLECTIVES, STEP_PATH
+from learn_parallel.lab.floors import COLLECTIVES, FLOOR_NAMES
 from learn_parallel.lab.measurement import HOST, HOST_RETURNED, HOST_SYNCED
 from learn_parallel.lab.spread import Spread, compare
 from learn_parallel.lab.timeline import Timeline
@@ -223,18 +223,13 @@ def phase_lines(report: dict[str, Any], kind: str, rung: str, below: str) -> lis
         line += f"{b.median:6.2f} ({b.low:.2f}-{b.high:.2f}) ms, {said}"
         if all(work):
             line += f"; GPU work {work[0].get(phase, 0.0):.2f} -> {work[1].get(phase, 0.0):.2f}"
-            nccl = [name for name in (below, rung) if _as_floor(name, phase) in COLLECTIVES]
+            nccl = [
+                n for n in (below, rung) if FLOOR_NAMES.get(n, {}).get(phase, phase) in COLLECTIVES
+            ]
             whose = f"{nccl[0]}'s: " if len(nccl) == 1 else ""  # a pair whose phases differ
             line += f" ({whose}NCCL kernel time, waits for peers included)" if nccl else ""
         lines.append(line)
     return lines
-
-
-def _as_floor(rung: str, phase: str) -> str:
-    """The floor (`floors.HOW`) of what ``rung`` marks ``phase``: the kept replicas mark their
-    refresh (peer copies, no NCCL; `floors.STEP_PATH`) ``replicate``."""
-    kept = phase == "replicate" and "refresh" in STEP_PATH.get(rung, ())
-    return "refresh" if kept else {"broadcast buffers": "buffers"}.get(phase, phase)
 
 
 def _gpu_work(timeline: dict[str, Any] | None) -> dict[str, float]:

@@ -1,12 +1,11 @@
 """Each recorded GPU phase beside its floor: the least time the hardware allows for its work.
 
 A floor is bytes over bandwidth or FLOPs over throughput, both measured on the recording host
-by ``experiments/floors.py`` into ``floors.json``, with the bytes and FLOPs it counted from
-the tensors (`moved` says which phase moves which). It counts no launches, no memory-bound
-kernels (BatchNorm, the optimizer) and no waiting, so a bar far above its floor is not
-bounded by that resource. `load` reads the file (or says none is recorded), `Floors.phase`
-gives a phase's floor, `table` sets a recorded step's bars beside theirs, `Floors.step` is a
-ladder rung's step floor. Simulated devices model no bandwidth or kernel time: no floors.
+(``experiments/floors.py`` -> ``floors.json``, with the bytes and FLOPs counted from the
+tensors: `moved`). It counts no launches, memory-bound kernels or waiting, so a bar far above
+its floor is not bounded by that resource. `load` reads the file, `Floors.phase` gives a
+phase's floor, `table` sets a step's bars beside them, `Floors.step` a ladder rung's step
+floor. Simulated devices model no bandwidth or kernel time: no floors.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from learn_parallel.lab import provenance, records
-from learn_parallel.lab.timeline import Timeline
+from learn_parallel.lab.timeline import Timeline, bars
 from learn_parallel.lab.workloads import Workload
 
 COALESCED = 10 * 2**20  # torch.cuda.comm's buffer_size: bytes per broadcast or reduce call
@@ -52,6 +51,15 @@ STEP_PATH = {
     "all_reduce_in_backward": ("buffers", "scatter", "gather", "grad scatter"),
     **dict.fromkeys(("per_device_inputs", "ddp", "ddp_graphs"), ("buffers",)),
     **dict.fromkeys(("step_graphs", "one_thread_reference"), ("buffers", "all-reduce")),
+}
+# A rung's phase whose floor has another name (None: none): kept replicas refresh by copies.
+OWN = {"backward": "replica backward", "broadcast buffers": "buffers"}  # ReplicatedStep's marks
+FLOOR_NAMES = {
+    **dict.fromkeys(("kept_replicas", "overlap_reduce", "cuda_graphs"), {"replicate": "refresh"}),
+    **dict.fromkeys(("own_optimizers", "all_reduce_in_backward"), OWN),
+    "per_device_inputs": OWN | {"scatter": None},  # a slice per device: scatter moves nothing
+    "step_graphs": OWN
+    | {"scatter": None, "optimizer graph": None, "forward+backward graph": "forward+backward"},
 }
 
 
@@ -98,8 +106,7 @@ class Floors:
         return self.record["copies"]["pairs_gb_s"][src][dst]
 
     def _at(self, kind: str, nbytes: int, key: str) -> float:
-        """``key`` of NCCL's ``kind`` at ``nbytes``, interpolated between the measured sizes
-        (on a log scale of size; clamped at the ends)."""
+        """``key`` of NCCL's ``kind`` at ``nbytes``, interpolated on log(size), clamped."""
         rows = sorted(self.record["collectives"][kind], key=lambda r: r["bytes"])
         sizes = [math.log2(r["bytes"]) for r in rows]
         at = min(max(math.log2(max(nbytes, 1)), sizes[0]), sizes[-1])
@@ -189,8 +196,7 @@ class Floors:
 
 
 def load(machine: str) -> Floors | None:
-    """The floors recorded on ``machine``, or None with a line saying none is recorded yet
-    (and a line when the code they counted has changed since)."""
+    """The floors recorded on ``machine`` (a line if stale), or None with a line saying so."""
     record = records.read_json("floors.json", machine)
     if record is None:
         how = "book/data/record_gpu_runs.sh records them, part floors"
@@ -200,26 +206,9 @@ def load(machine: str) -> Floors | None:
     return Floors(record, machine)
 
 
-def bars(timeline: Timeline, step: int | None = None) -> dict[str, tuple[str, float, float | None]]:
-    """Per phase: the GPU row with the longest bar in ``step`` (default: the last), the bar
-    (its bars summed, where a row has several) and the GPU work inside it."""
-    step = timeline.steps()[-1] if step is None else step
-    found: dict[str, tuple[str, float, float | None]] = {}
-    for row in timeline.devices():
-        mine = [r for r in timeline.records if r.device == row and r.step == step]
-        for name in dict.fromkeys(r.phase for r in mine):
-            parts = [r for r in mine if r.phase == name]
-            bar = sum(r.duration_ms for r in parts)
-            gpu = None if any(r.gpu_ms is None for r in parts) else sum(r.gpu_ms for r in parts)
-            if row != "host" and bar > found.get(name, ("", -1.0, None))[1]:
-                found[name] = (row, bar, gpu)
-    return found
-
-
 def bound(floor: Floor, bar: float, gpu: float | None) -> str:
-    """What bounds a bar, as its numbers show: the floor's resource (the bar within `NEAR` x
-    its floor), waits (its GPU worked less than half of it) or slow GPU work (the rest). An
-    NCCL kernel spins until every peer's kernel has joined: its GPU work counts that wait."""
+    """What bounds a bar, as its numbers show: the floor's resource (within `NEAR` x), waits
+    (GPU work under half the bar) or slow GPU work; NCCL's GPU work counts peers' waits."""
     if floor.ms is None:
         why = "the floors were not measured on this many GPUs" if floor.phase in HOW else ""
         return "no floor here: " + (why or "memory-bound work, whose rate nothing here measures")
@@ -251,12 +240,12 @@ def table(
     floors: Floors,
     problem: str,
     step: int | None = None,
-    names: dict[str, str | None] | None = None,
+    rung: str | None = None,
 ) -> str:
     """One recorded step (default: the last): per phase what it moves or computes, its floor,
     its longest GPU bar, the GPU work in that bar and the ratio; then what bounds each.
-    ``names`` maps a phase to the floor it has where that is not its own name (None: none)."""
-    n, names = len([row for row in timeline.devices() if row != "host"]), names or {}
+    A ladder ``rung`` names its phases' floors through `FLOOR_NAMES`."""
+    n, names = len([row for row in timeline.devices() if row != "host"]), FLOOR_NAMES.get(rung, {})
     head = f"{'phase':>22} {'amount':>12} {'floor':>9} {'bar':>9} {'GPU work':>9} {'bar/floor':>9}"
     head += "  (ms; amount: bytes over all links, or FLOPs per GPU; bar: longest row's)"
     lines, said = [head], []
@@ -266,7 +255,8 @@ def table(
         cells = [f"{f.ms:.3f}" if f.ms is not None else "-", f"{bar:.3f}"]
         cells += ["-" if gpu is None else f"{gpu:.3f}", f"{bar / f.ms:.1f}" if f.ms else "-"]
         lines.append(f"{name:>22} {f.amount():>12} " + " ".join(f"{c:>9}" for c in cells))
-        why = bound(f, bar, gpu) if floor_of else "no floor here: the caller sets none for it"
+        none = "no floor here: in this rung it moves nothing between GPUs, or is memory-bound"
+        why = bound(f, bar, gpu) if floor_of else none
         said.append(f"{name} ({row}): {why}.")
     return "\n".join([*lines, "", *said])
 

@@ -159,7 +159,8 @@ LADDER = (
         "every device keeps its replica's weights and its own optimizer; "
         "after backward one in-process all-reduce per dtype sums the gradients on every "
         "device; only the buffers come from device 0 (broadcast before each forward; DDP's "
-        "default does so before a forward that follows a training forward)",
+        "default does so before a forward that follows one run with gradients enabled "
+        "outside no_sync)",
         "every trainable parameter gets a gradient every step (as DDP requires)",
         False,
         replicated(overlap=False, per_device_inputs=False),

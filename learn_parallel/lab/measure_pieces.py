@@ -112,8 +112,9 @@ def replicate_copy(devices: Sequence[DeviceLike] | None = None, width: int = 102
         [str(d) for d in devs],
         {"copy": times},
         describe_hardware(devs).label(),
-        note="Replica 0 keeps the originals; broadcast_coalesced still flattens them into ~10 MB "
-        "buffers (simulated devices too), sent by NCCL on CUDA builds, even to the source alone.",
+        note="Replica 0 keeps the originals; broadcast_coalesced still packs them into a few flat "
+        "buffers (each closed once it reaches 10 MiB, so it may hold more), on simulated devices "
+        "too, sent by NCCL on CUDA builds, even to the source alone.",
     )
 
 

@@ -3,8 +3,8 @@
 `timing.Recorder` makes a `Timeline`; the plots, the floors and the recordings read it (a
 recording's JSON back through ``Timeline.from_dict``). `Hardware` says what made the numbers
 and which clock timed them; `replica_backward` derives each device's own backward from the
-bars around it, and `step_spans` gives the numbers that say whether a timeline is
-self-consistent.
+bars around it, `step_spans` gives the numbers that say whether a timeline is
+self-consistent, and `bars` each phase's longest bar in one step.
 """
 
 from __future__ import annotations
@@ -213,3 +213,19 @@ def step_spans(timeline: Timeline) -> list[dict[str, Any]]:
                 row["device_lag"] = row["first_device_start"] - row["host_start"]
         rows.append(row)
     return rows
+
+
+def bars(timeline: Timeline, step: int | None = None) -> dict[str, tuple[str, float, float | None]]:
+    """Per phase: the GPU row with the longest bar in ``step`` (default: the last), the bar
+    (its bars summed, where a row has several) and the GPU work inside it."""
+    step = timeline.steps()[-1] if step is None else step
+    found: dict[str, tuple[str, float, float | None]] = {}
+    for row in timeline.devices():
+        mine = [r for r in timeline.records if r.device == row and r.step == step]
+        for name in dict.fromkeys(r.phase for r in mine):
+            parts = [r for r in mine if r.phase == name]
+            bar = sum(r.duration_ms for r in parts)
+            gpu = None if any(r.gpu_ms is None for r in parts) else sum(r.gpu_ms for r in parts)
+            if row != "host" and bar > found.get(name, ("", -1.0, None))[1]:
+                found[name] = (row, bar, gpu)
+    return found

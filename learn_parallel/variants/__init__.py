@@ -8,12 +8,13 @@ in ``learn_parallel.ladder``.
 """
 
 from learn_parallel.variants.clone_replicate import CloneDataParallel
-from learn_parallel.variants.options import OptionsDataParallel, gather_per_device
+from learn_parallel.variants.options import OptionsDataParallel, PerDevice, gather_per_device
 from learn_parallel.variants.tuple_parallel import PerDeviceCollate, TupleParallel, split_batch
 
 __all__ = [
     "CloneDataParallel",
     "OptionsDataParallel",
+    "PerDevice",
     "PerDeviceCollate",
     "TupleParallel",
     "gather_per_device",

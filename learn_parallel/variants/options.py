@@ -15,11 +15,24 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import PackedSequence
 
 from learn_parallel import nested
 from learn_parallel.data_parallel import DataParallel
 from learn_parallel.devices import Device, DeviceLike, resolve_devices
 from learn_parallel.scatter_gather import join_outputs
+
+
+class PerDevice(tuple):
+    """One value per device, in ``device_ids`` order: what the options keep apart.
+
+    A tuple in every way (it prints as one); the type only marks it, so that
+    `gather_per_device` joins these and leaves alone any tuple or list of
+    whole-batch tensors that the model itself returned. Wrap pieces of your own
+    in it (``PerDevice(pieces)``) to have `gather_per_device` join them.
+    """
+
+    __slots__ = ()
 
 
 def check_on_device(value: Any, device: Device, path: str, fix: str) -> None:
@@ -34,6 +47,11 @@ def check_on_device(value: Any, device: Device, path: str, fix: str) -> None:
                 f"{path} is on {value.device}, but it goes to {device.describe()}, whose "
                 f"tensors live on {device.torch_device}. {fix}"
             )
+        return
+    if isinstance(value, PackedSequence):  # its batch_sizes live on the CPU by design
+        for name in ("data", "sorted_indices", "unsorted_indices"):
+            if getattr(value, name) is not None:
+                check_on_device(getattr(value, name), device, f"{path}.{name}", fix)
         return
     for suffix, member in nested.members(value) or []:
         check_on_device(member, device, path + suffix, fix)
@@ -104,7 +122,7 @@ def gather_except(
 
     With ``gather_to_one_device=False`` that is every output; otherwise it is the
     subtrees under dict keys listed in ``except_keywords``, at any depth. A tensor
-    kept apart becomes a tuple with one tensor per replica, in replica order.
+    kept apart becomes a `PerDevice` tuple, one tensor per replica, in replica order.
     """
     if not outputs:
         raise ValueError("gather_except() needs at least one replica output.")
@@ -121,7 +139,7 @@ def _gather_or_keep(
         return join_outputs(outputs, target, dim, path)  # nothing kept apart below: plain gather
     members = nested.members(first)
     if members is None:  # a leaf: a tensor, None, or any other value
-        return None if all(o is None for o in outputs) else tuple(outputs)
+        return None if all(o is None for o in outputs) else PerDevice(outputs)
     if not members:
         return first  # an empty container has nothing to keep apart
     nested.check_alike(outputs, path, "collect")
@@ -150,25 +168,24 @@ def _mentions(obj: Any, keys: frozenset) -> bool:
 def gather_per_device(per_device: Any, target_device: DeviceLike, dim: int = 0) -> Any:
     """Gather per-device tuples back into whole-batch tensors, in batch order.
 
-    The inverse of ``gather_to_one_device=False``: every tuple or list made only
-    of tensors is taken as one tensor per device and concatenated on
-    ``target_device`` in the order given, which is the order of ``device_ids``
-    and so the order of the pieces of the batch. Nothing is ever sorted by
-    device id: with ``device_ids=[2, 0, 1]`` the piece on device 2 comes first,
-    as it did in the input. Gradients flow back to each device's piece.
+    The inverse of ``gather_to_one_device=False`` and ``except_keywords``: every
+    `PerDevice` tuple made only of tensors is concatenated on ``target_device`` in
+    the order given, which is the order of ``device_ids`` and so the order of the
+    pieces of the batch; any other tuple or list (one the model returned) is left
+    as it is. Nothing is ever sorted by device id: with ``device_ids=[2, 0, 1]``
+    the piece on device 2 comes first, as it did in the input. Gradients flow
+    back to each device's piece.
     """
     target = resolve_devices(target_device, output=True).torch_device
     return _gather_tuples(per_device, target, dim, "per_device")
 
 
 def _gather_tuples(obj: Any, target: torch.device, dim: int, path: str) -> Any:
+    if isinstance(obj, PerDevice) and obj and all(isinstance(v, torch.Tensor) for v in obj):
+        return join_outputs(list(obj), target, dim, path)
     members = nested.members(obj)
     if not members:
         return obj  # a leaf, or an empty container
-    values = [value for _, value in members]
-    is_sequence = isinstance(obj, tuple | list) and not nested.is_namedtuple(obj)
-    if is_sequence and all(isinstance(v, torch.Tensor) for v in values):
-        return join_outputs(values, target, dim, path)
     return nested.rebuild(obj, [_gather_tuples(v, target, dim, path + p) for p, v in members])
 
 

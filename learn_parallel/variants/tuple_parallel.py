@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import PackedSequence
 from torch.utils.data import default_collate
 
 from learn_parallel import nested
@@ -31,8 +32,8 @@ def move_to_device(value: Any, device: Device) -> Any:
     """A copy of ``value`` with every tensor moved to ``device``, asynchronously.
 
     Tuples, lists, dicts, namedtuples and dataclasses without a ``.to()`` are
-    rebuilt around the moved tensors; any other object with a ``.to()`` method
-    (a dataclass included) is moved by calling
+    rebuilt around the moved tensors; a ``PackedSequence`` and any other object
+    with a ``.to()`` method (a dataclass included) is moved by calling
     ``value.to(device, non_blocking=True)``, which must return a moved copy: an
     object moved in place (an ``nn.Module``) and passed as a keyword argument
     would reach every replica as one object, left on the last device. Anything
@@ -41,8 +42,11 @@ def move_to_device(value: Any, device: Device) -> Any:
     queued next on the device's current stream, such as the replica's forward,
     waits for it: the copy does not overlap with that compute.
     """
-    # A custom batch type (even a dataclass) knows best how to move itself.
+    # A custom batch type (even a dataclass) knows best how to move itself; so does a
+    # PackedSequence, a namedtuple whose batch_sizes must stay on the CPU.
     is_container = isinstance(value, tuple | list | dict | type)
+    if isinstance(value, PackedSequence):
+        return value.to(device.torch_device, non_blocking=True)
     if isinstance(value, torch.Tensor) or (
         not is_container and callable(getattr(value, "to", None))
     ):

@@ -1,5 +1,10 @@
 """DataParallel.__init__: which devices, in which order, and the errors for bad ids."""
 
+import contextlib
+import functools
+import inspect
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -81,14 +86,19 @@ def test_output_device_defaults_to_the_first_id():
         ([0, 4], ValueError, r"sim:4 does not exist: only 4 simulated devices \(ids 0 to 3\)"),
         (["cpu"], ValueError, "Expected a non-cpu device in device_ids, but got: cpu"),
         (["cuda:0"], ValueError, "cuda:0 is not available here.*simulated CPU devices"),
-        (["gpu0"], ValueError, "Unknown device 'gpu0'"),
-        ([1.5], TypeError, "Expected a device id"),
+        (["gpu0"], ValueError, r"Unknown device 'gpu0'; use an int, 'sim:N' or a torch.device\.$"),
+        ([1.5], TypeError, r"Expected a device id \(an int, 'sim:N' or a torch.device\), got 1.5"),
         (1, TypeError, r"device_ids must be a list of ids, got 1; write \[1\]"),
     ],
 )
 def test_bad_device_ids_get_clear_errors(device_ids, error, message):
     with pytest.raises(error, match=message):
         lp.DataParallel(nn.Linear(2, 2), device_ids)
+
+
+def test_an_unknown_output_device_names_the_forms_an_output_device_may_take():
+    with pytest.raises(ValueError, match=r"use an int, 'sim:N', 'cpu' or a torch.device\.$"):
+        lp.DataParallel(nn.Linear(2, 2), [0, 1], output_device="tpu:0")
 
 
 def test_too_many_ids_name_the_fix():
@@ -127,6 +137,23 @@ def test_balance_warns_about_a_small_gpu():
 def test_balance_warns_about_few_multiprocessors():
     with pytest.warns(UserWarning, match="GPU 0 has less than 75% of the multiprocessors of GPU 1"):
         check_balance(GPUS, capacities([80, 80], [60, 132]))
+
+
+def test_the_balance_warning_points_at_the_users_line(monkeypatch):
+    # However deep the wrapper's constructor calls it (a subclass adds a level), the
+    # warning is shown at the line that built the wrapper, as torch's would be shown.
+    data_parallel_module = sys.modules["learn_parallel.data_parallel"]  # not the function
+    unbalanced = functools.partial(check_balance, capacity_of=capacities([80, 40], [132, 132]))
+    monkeypatch.setattr(
+        data_parallel_module, "resolve_devices", lambda ids, **kw: GPUS[0] if kw else GPUS
+    )
+    monkeypatch.setattr(data_parallel_module, "check_balance", unbalanced)
+    for wrapper in (lp.DataParallel, lp.OptionsDataParallel):
+        with pytest.warns(UserWarning, match="GPU 1 has less than 75%") as caught:
+            line = inspect.currentframe().f_lineno + 2
+            with contextlib.suppress(RuntimeError, ValueError):  # pretended GPUs fail later
+                wrapper(nn.Linear(2, 2), [0, 1])
+        assert (caught[0].filename, caught[0].lineno) == (__file__, line)
 
 
 def test_balanced_gpus_and_simulated_devices_do_not_warn(recwarn):

@@ -129,6 +129,29 @@ def test_gather_mismatched_shapes_names_them():
         lp.gather([torch.ones(1, 2), torch.ones(1, 3)], 0)
 
 
+def test_gather_lets_torch_errors_through_unchanged(monkeypatch):
+    # Out of memory while joining is not a shape problem: its type and message survive,
+    # so a caller's `except torch.OutOfMemoryError` still catches it.
+    def out_of_memory(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(Gather, "apply", out_of_memory)
+    with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate"):
+        lp.gather([torch.ones(2, 3).to("sim:0"), torch.ones(2, 3).to("sim:1")], "sim:0")
+
+
+@pytest.mark.parametrize("dim", [1, -1])
+def test_gather_checks_shapes_along_any_dim_and_their_rank(dim):
+    joined = lp.gather(
+        [torch.ones(2, 3).to("sim:0"), torch.ones(2, 5).to("sim:1")], "sim:0", dim=dim
+    )
+    assert joined.shape == (2, 8)
+    with pytest.raises(ValueError, match=r"shapes \(2, 3\), \(3, 3\) differ in another"):
+        lp.gather([torch.ones(2, 3).to("sim:0"), torch.ones(3, 3).to("sim:1")], "sim:0", dim=dim)
+    with pytest.raises(ValueError, match="number of dimensions"):
+        lp.gather([torch.ones(2, 3).to("sim:0"), torch.ones(2, 3, 1).to("sim:1")], "sim:0", dim=dim)
+
+
 def test_gather_mixed_none_and_structure():
     with pytest.raises(TypeError, match="some replicas returned None"):
         lp.gather([None, torch.ones(1)], 0)

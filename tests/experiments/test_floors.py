@@ -196,9 +196,12 @@ def test_the_table_says_what_bounds_each_bar(recorded):
     assert "scatter (cuda:0): bounded by copies from the first GPU" in text
     assert "forward (cuda:1): bounded by its own GPU work, 11.0 x the floor" in text
     assert "optimizer (cuda:0): no floor here" in text
-    renamed = floors.table(timeline, recorded, "mlp", names={"scatter": None, "optimizer": "x"})
-    assert "scatter (cuda:0): no floor here: the caller sets none for it" in renamed
+    # A rung names its phases' floors through FLOOR_NAMES: per_device_inputs's scatter has none.
+    renamed = floors.table(timeline, recorded, "mlp", rung="per_device_inputs")
+    assert "scatter (cuda:0): no floor here: in this rung it moves nothing between" in renamed
     assert "optimizer (cuda:0): no floor here" in renamed
+    assert floors.FLOOR_NAMES["kept_replicas"]["replicate"] == "refresh"  # peer copies, no NCCL
+    assert "refresh" in floors.STEP_PATH["kept_replicas"] and "refresh" in floors.HOW
     forward = floors.Floor("forward", floor)
     assert floors.bound(forward, 10 * floor, floor).startswith("bounded by waits")
     assert floors.bound(forward, 10 * floor, None).startswith("above its floor")

@@ -11,8 +11,10 @@ package; the command lines and drivers that record runs live in ``experiments/``
   47's profiled pass with each GPU's clock anchors, profiler rule, clocks named by their
   timers, recordings found from the data and the headers of `measure` split by chapter
   (~570), issue 44's plots naming where each row ran (~25) and `timing` split from
-  `timeline` (~35), issue 47's code digests that ignore comments and docstrings (~30). The
-  count per file is printed with ``-s``.
+  `timeline` (~35), issue 47's code digests that ignore comments and docstrings (~30), and
+  its last review's fixes: one table of the ladder's floor names for the chapter and the
+  bridges, and messages and comments in measured code (~10). The count per file is printed
+  with ``-s``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "learn_parallel" / "lab"
 MODULES = sorted(p.stem for p in LAB.glob("*.py") if p.stem != "__init__")
-LIMIT = 4950
+LIMIT = 4960
 
 
 def _imports_of(tree: ast.AST) -> set[str]:

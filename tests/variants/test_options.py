@@ -23,7 +23,7 @@ import pytest
 import torch
 from torch import nn
 
-from learn_parallel import OptionsDataParallel, device_type, gather_per_device
+from learn_parallel import OptionsDataParallel, PerDevice, device_type, gather_per_device
 from learn_parallel.devices import resolve_devices
 
 TOL = {"rtol": 1e-10, "atol": 1e-12}
@@ -301,6 +301,35 @@ def test_gather_per_device_undoes_gather_to_one_device_false_with_gradients():
     whole["y"].pow(2).sum().backward()
     reference["y"].pow(2).sum().backward()
     assert_close_all(grads(model), grads(reference_model))
+
+
+def test_gather_per_device_joins_only_what_the_options_kept_apart():
+    # A list of whole-batch tensors that the model returns, gathered beside a kept key,
+    # stays a list: only the PerDevice tuples the options made are joined.
+    class FineAndPair(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 3).double()
+
+        def forward(self, x):
+            h = self.lin(x)
+            return {"fine": h, "pair": [h.sum(1), h.mean(1)]}
+
+    model = on(FineAndPair(), [0])
+    x = torch.randn(8, 4, dtype=torch.float64, device=source_of([0, 1]))
+    out = OptionsDataParallel(model, [0, 1], except_keywords=["fine"])(x)
+    assert isinstance(out["fine"], PerDevice) and isinstance(out["pair"], list)
+    whole = gather_per_device(out, "cpu")
+    reference = copy.deepcopy(model).cpu()(x.cpu())
+    assert isinstance(whole["pair"], list) and [t.shape for t in whole["pair"]] == [(8,), (8,)]
+    torch.testing.assert_close(whole["fine"], reference["fine"], **TOL)
+    # Pieces of one's own join once marked as such; a plain tuple is left alone.
+    pieces = (torch.ones(2, device=source_of([0])), torch.zeros(3, device=source_of([1])))
+    left = gather_per_device(pieces, "cpu")
+    assert type(left) is tuple and all(a is b for a, b in zip(left, pieces, strict=True))
+    torch.testing.assert_close(
+        gather_per_device(PerDevice(pieces), "cpu"), torch.tensor([1.0, 1, 0, 0, 0])
+    )
 
 
 # ---------------------------------------------------------------- the tutorial's test cases

@@ -194,6 +194,37 @@ def test_transfer_off_checks_placement_and_names_the_fix():
     assert len(tp(placed)) == 2  # correctly placed batches run
 
 
+@pytest.mark.parametrize("transfer", [True, False])
+def test_packed_sequences_keep_batch_sizes_on_the_cpu_and_train_like_one_device(transfer):
+    from torch.nn.utils.rnn import pack_sequence, pad_packed_sequence
+
+    class LastStates(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.GRU(3, 4, batch_first=True).double()
+
+        def forward(self, packed):
+            return self.rnn(packed)[1][0]  # the last state of every sequence
+
+    torch.manual_seed(0)
+    reference = LastStates()
+    tp = TupleParallel(copy.deepcopy(reference).to(SIM[0]), device_ids=[0, 1], transfer=transfer)
+    lengths = [[5, 3, 2], [4, 4, 1, 1]]  # unsorted order too: sorted_indices must move
+    seqs = [[torch.randn(n, 3, dtype=torch.float64) for n in batch] for batch in lengths]
+    packs = [pack_sequence(s, enforce_sorted=False) for s in seqs]
+    given = packs if transfer else [p.to(d) for p, d in zip(packs, SIM)]
+    outputs = tp(tuple(given))
+    assert [o.device for o in outputs] == SIM[:2]
+    expected = [reference(p) for p in packs]
+    for out, exp in zip(outputs, expected):
+        torch.testing.assert_close(out.cpu(), exp, **TOL)
+    sum(o.pow(2).sum().cpu() for o in outputs).backward()
+    sum(e.pow(2).sum() for e in expected).backward()
+    for ours, theirs in zip(tp.module.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours.grad.cpu(), theirs.grad, **TOL)
+    assert pad_packed_sequence(packs[0], batch_first=True)[0].shape == (3, 5, 3)
+
+
 def test_module_off_the_source_device_is_refused():
     model = Recorder().to("meta")
     with pytest.raises(RuntimeError, match="module must have its parameters"):
