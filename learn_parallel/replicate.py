@@ -47,13 +47,14 @@ def check_on_source_device(
                 f"'{found.names[id(tensor)]}'. Run one forward pass on a small batch first "
                 f"so its shape is known, then wrap it."
             )
+    target = source.torch_device  # built once: the loop below runs every forward
     for kind, tensor in named:
-        if tensor.device != source.torch_device:
+        if tensor.device != target:
             raise RuntimeError(
                 f"module must have its parameters and buffers on device {source} "
                 f"(device_ids[0]) but {kind} '{found.names[id(tensor)]}' is on {tensor.device}. "
                 f"Move the module there before the forward pass "
-                f"(module.to('{source.torch_device}')), or put that device first "
+                f"(module.to('{target}')), or put that device first "
                 f"in device_ids."
             )
 
