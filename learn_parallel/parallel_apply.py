@@ -120,12 +120,6 @@ def _bind(module: nn.Module, args: Any, kwargs: dict[str, Any], device: Device) 
     return call
 
 
-# [caller-state]
-
-
-# [worker-pool]
-
-
 @functools.cache  # once per process: the answer depends only on the torch installed
 def _saved_tensor_hooks_reader() -> Callable[[bool], Any] | None:
     reader = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
@@ -139,6 +133,10 @@ def _saved_tensor_hooks_reader() -> Callable[[bool], Any] | None:
     return reader
 
 
+# [caller-state]
+
+
+# [worker-pool]
 class _Job:
     """One replica's forward: the call, and a slot for its result or failure."""
 
