@@ -32,8 +32,9 @@ def check_on_source_device(
 ) -> None:
     """Raise unless every parameter and buffer of ``module`` is on ``source``.
 
-    Replicas are copied from the source device, so a tensor anywhere else would
-    either be missed or break the copy halfway. The message names the tensor.
+    Replicas are copied from the source device; a tensor anywhere else would make
+    the copy fail at once with a message that names no tensor (torch's
+    ``broadcast_coalesced`` checks placement first). This message names it.
     Every wrapper makes this check once per forward: itself on one device,
     through `replicate` on several, which passes the tensors it has ``found``
     already so that a step walks the module once. Lazy parameters are refused.

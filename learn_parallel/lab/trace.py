@@ -5,7 +5,7 @@ core marks (`learn_parallel.phases`) is also a ``record_function`` range named
 ``learn_parallel.<phase>``, so the trace shows scatter, replicate, each replica's forward,
 gather, and backward's parts over torch's own ops, CUDA runtime calls and (on GPUs)
 kernels. Open the file at https://ui.perfetto.dev (or chrome://tracing).
-Once a profiler has run, CUPTI stays loaded and taxes later CUDA calls unevenly, so the
+Once a profiler has run, CUPTI can stay loaded and tax later CUDA calls unevenly, so the
 lab's timers call `refuse_after_profiler`: nothing is timed in a process that profiled,
 except the profiled work itself while a profiler runs (`kernels.ProfiledPass` profiles
 after every timed round; `traced_steps` runs in a process of its own).

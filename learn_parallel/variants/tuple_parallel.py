@@ -31,8 +31,9 @@ from learn_parallel.variants.options import check_on_device
 def move_to_device(value: Any, device: Device) -> Any:
     """A copy of ``value`` with every tensor moved to ``device``, asynchronously.
 
-    Tuples, lists, dicts, namedtuples and dataclasses without a ``.to()`` are
-    rebuilt around the moved tensors; a ``PackedSequence`` and any other object
+    Tuples (namedtuples included, even with a ``.to()``), lists, dicts, and
+    dataclasses without a ``.to()`` are rebuilt around the moved tensors; a
+    ``PackedSequence`` (the one tuple moved by its own ``.to()``) and any other object
     with a ``.to()`` method (a dataclass included) is moved by calling
     ``value.to(device, non_blocking=True)``, which must return a moved copy: an
     object moved in place (an ``nn.Module``) and passed as a keyword argument

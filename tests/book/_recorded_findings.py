@@ -100,15 +100,16 @@ def only_torch_dp_loses_to_one_gpu() -> bool:
 
 def cudnn_benchmark_multiplies_only_torch() -> bool:
     """With cudnn.benchmark on, torch's DataParallel's median step is several times its step
-    with it off at every count above one; learn_parallel's and DDP's stay within a factor of 1.1."""
+    with it off at every count above one; learn_parallel's, ReplicatedStep's and DDP's stay
+    within a factor of 1.1."""
     on, off = _steps("conv-cudnn-benchmark-on"), _steps("conv-cudnn-benchmark-off")
     for n in _counts(on):
         ratio = {
             i: statistics.median(on[i, n]) / statistics.median(off[i, n])
-            for i in ("torch_dp", "learn_parallel", "ddp")
+            for i in ("torch_dp", "learn_parallel", "replicated", "ddp")
         }
         if ratio["torch_dp"] < 3 or not all(
-            1 / 1.1 < ratio[i] < 1.1 for i in ("learn_parallel", "ddp")
+            1 / 1.1 < ratio[i] < 1.1 for i in ("learn_parallel", "replicated", "ddp")
         ):
             return False
     return bool(_counts(on))
