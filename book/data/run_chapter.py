@@ -18,9 +18,12 @@ WORDS = ["devices:", "Simulated devices", "GPUs:", "baselines", "recorded", "ran
 
 
 def printed(nb: nbformat.NotebookNode) -> list[str]:
-    """The printed lines of the executed chapter that contain one of `WORDS`."""
+    """The printed lines of the executed chapter that contain one of `WORDS`: only from cells
+    this run executed (a chapter that stopped keeps its stored outputs below the failure)."""
     lines = []
     for cell in nb.cells:
+        if not cell.get("metadata", {}).get("execution"):
+            continue  # not run here: nbclient stamps each cell it executes
         for out in cell.get("outputs", []):
             text = out.get("text", "") if out.get("output_type") == "stream" else ""
             lines += [f"    {line}" for line in text.splitlines() if any(w in line for w in WORDS)]
@@ -29,6 +32,8 @@ def printed(nb: nbformat.NotebookNode) -> list[str]:
 
 def main(path: Path, out: Path) -> int:
     nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:  # the stored run's stamps: only this run's are to be read after
+        cell.get("metadata", {}).pop("execution", None)
     start, failed = time.perf_counter(), False
     try:
         NotebookClient(nb, timeout=300, kernel_name="python3").execute()

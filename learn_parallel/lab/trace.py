@@ -104,7 +104,8 @@ def chrome_trace(path: str | Path) -> Iterator[Any]:
 
 
 def traced_steps(rank: int, world: int, path: str, device_ids: list[int]) -> list[str]:
-    """Two training steps of a small DataParallel traced to ``path``; the package's range
+    """Two forward and backward passes of a small DataParallel (no loss phase, no optimizer)
+    traced to ``path``; the package's range
     names in it. Run by `processes.run_ranks` (``rank``, ``world``: its calling convention),
     so this process's later timings stay free of the profiler."""
     source = resolve_devices(device_ids)[0].torch_device
