@@ -35,6 +35,7 @@ HOW = {  # what sets each phase's floor
     "backward": "its parts in turn (grad scatter, replica backward, reduce)",
 }
 COLLECTIVES = frozenset(("replicate", "buffers", "reduce", "all-reduce"))  # NCCL: see `bound`
+COPIES = frozenset(("scatter", "grad scatter", "refresh", "gather", "sum"))  # copy_ per device
 # What each ladder rung, and the reference row measured with them (`ladder_rungs.MEASURED`),
 # puts on the step's path besides one replica's compute: communication that its design does
 # not overlap with compute (the reference, as step_graphs, all-reduces after every device's
@@ -244,8 +245,12 @@ def table(
 ) -> str:
     """One recorded step (default: the last): per phase what it moves or computes, its floor,
     its longest GPU bar, the GPU work in that bar and the ratio; then what bounds each.
-    A ladder ``rung`` names its phases' floors through `FLOOR_NAMES`."""
+    A ladder ``rung`` names its phases' floors through `FLOOR_NAMES`; a copy phase also gets
+    every row's GPU work in it (its longest bar may be on a GPU that runs none of its copies)."""
     n, names = len([row for row in timeline.devices() if row != "host"]), FLOOR_NAMES.get(rung, {})
+    last = timeline.steps()[-1] if step is None else step
+    done = [r for r in timeline.records if r.step == last and r.device != "host" and r.gpu_ms]
+    work = {p: sum(r.gpu_ms for r in done if r.phase == p) for p in {r.phase for r in done}}
     head = f"{'phase':>22} {'amount':>12} {'floor':>9} {'bar':>9} {'GPU work':>9} {'bar/floor':>9}"
     head += "  (ms; amount: bytes over all links, or FLOPs per GPU; bar: longest row's)"
     lines, said = [head], []
@@ -257,6 +262,9 @@ def table(
         lines.append(f"{name:>22} {f.amount():>12} " + " ".join(f"{c:>9}" for c in cells))
         none = "no floor here: in this rung it moves nothing between GPUs, or is memory-bound"
         why = bound(f, bar, gpu) if floor_of else none
+        if f.ms and f.phase in COPIES and name in work:
+            all_rows = f"every row's GPU work in it, {work[name]:.3f} ms, is"
+            why += f"; {all_rows} {work[name] / f.ms:.1f} x the floor"
         said.append(f"{name} ({row}): {why}.")
     return "\n".join([*lines, "", *said])
 

@@ -196,6 +196,14 @@ def test_the_table_says_what_bounds_each_bar(recorded):
     assert "scatter (cuda:0): bounded by copies from the first GPU" in text
     assert "forward (cuda:1): bounded by its own GPU work, 11.0 x the floor" in text
     assert "optimizer (cuda:0): no floor here" in text
+    assert "every row's GPU work in it" in text.split("scatter (cuda:0)")[1].splitlines()[0]
+    assert "every row's GPU work" not in text.split("forward (cuda:1)")[1].splitlines()[0]
+    # A copy's longest bar on a GPU that runs none of its copies: the verdict reads waits, and
+    # every row's GPU work in the phase (cuda:0's copies) is set beside the floor too.
+    waiting = PhaseRecord("cuda:2", "scatter", 0.0, 4 * scatter, 0, 0.0)
+    text = floors.table(Timeline(hardware, [*records, waiting], timeline.clocks), recorded, "mlp")
+    line = text.split("scatter (cuda:2): ")[1].splitlines()[0]
+    assert line.startswith("bounded by waits") and "is 1.4 x the floor" in line
     # A rung names its phases' floors through FLOOR_NAMES: per_device_inputs's scatter has none.
     renamed = floors.table(timeline, recorded, "mlp", rung="per_device_inputs")
     assert "scatter (cuda:0): no floor here: in this rung it moves nothing between" in renamed
