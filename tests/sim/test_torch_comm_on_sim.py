@@ -272,7 +272,7 @@ def test_broadcast_pieces_have_version_counters_of_their_own_as_on_cuda(wrapper)
     assert pieces[1]._version == 0
     torch.manual_seed(0)
     x = torch.randn(8, 3, device="sim:0")
-    one, model = _ReadsOneBufferUpdatesAnother().to("sim:0"), None
+    one = _ReadsOneBufferUpdatesAnother().to("sim:0")
     model = copy.deepcopy(one)
     one(x).sum().backward()
     wrapper(model, [0, 1])(x).sum().backward()
