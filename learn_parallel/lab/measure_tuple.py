@@ -41,7 +41,7 @@ def _time_both_wrappers(
     net = mlp(width, 3, source)
     dp, tp = DataParallel(net, ids), TupleParallel(net, ids)
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
-    # TupleParallel's batches arrive already split, as from PerDeviceCollate.
+    # TupleParallel's batches arrive split (PerDeviceCollate) and on their devices (a prefetcher).
     xs = [part.to(d.torch_device) for part, d in zip(split_batch(x, n), devs)]
     ys = [part.to(d.torch_device) for part, d in zip(split_batch(y, n), devs)]
 
