@@ -46,7 +46,9 @@ def move_to_device(value: Any, device: Device) -> Any:
     # A custom batch type (even a dataclass) knows best how to move itself; so does a
     # PackedSequence, a namedtuple whose batch_sizes must stay on the CPU.
     is_container = isinstance(value, tuple | list | dict | type)
-    if isinstance(value, torch.Tensor | PackedSequence) or (
+    if isinstance(value, PackedSequence):
+        return value.to(device.torch_device, non_blocking=True)
+    if isinstance(value, torch.Tensor) or (
         not is_container and callable(getattr(value, "to", None))
     ):
         return value.to(device.torch_device, non_blocking=True)
