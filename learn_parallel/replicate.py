@@ -92,7 +92,7 @@ def copy_to_devices(tensors: Sequence[torch.Tensor], devices: Sequence[Device]) 
 
     `broadcast_coalesced` packs the small tensors into a few large buffers, so a
     model with hundreds of parameters costs a few copies, not hundreds, and every
-    other device's tensors are views into its buffers. On simulated devices the
+    other device's tensors share its buffers' storage. On simulated devices the
     simulator gives torch's function a path of its own (`learn_parallel.sim.comm`).
     """
     # Coalescing sends complex tensors as real (..., 2) views: turn them back.

@@ -51,8 +51,10 @@ mark() {  # one line of the run log: this part's start or end, its GPUs
 run() {  # one part: logged, bounded by a timeout, its start and end in the run log
   local name=$1 limit=$2 id="$1@$(hostname)-$$-$SECONDS" status; shift 2; echo "== $name"
   mark "$id" "$name" start
-  LEARN_PARALLEL_PART=$id timeout "$limit" "$@" 2>&1 | grep -v '^USDT' | tee "$logs/$name.log" \
-    | tail -"${TAIL:-25}"
+  # -k 30: a part that outlives the timeout's TERM is killed 30 s later; --line-buffered: the
+  # log shows a part's lines as it prints them, not when it ends
+  LEARN_PARALLEL_PART=$id timeout -k 30 "$limit" "$@" 2>&1 | grep --line-buffered -v '^USDT' \
+    | tee "$logs/$name.log" | tail -"${TAIL:-25}"
   status=$?
   mark "$id" "$name" end
   return $status

@@ -120,8 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory",
         type=_bytes,
         default=Limits.memory,
-        help="memory per process of a submission (with docker or podman: per container), "
-        "and the size of its private /tmp, e.g. 2G (default 4G)",
+        help="private memory per process of a submission (RLIMIT_DATA, which does not count "
+        "shared mappings; with docker or podman: all memory, per container), and the size of its "
+        "private /tmp and, in bubblewrap, /dev/shm, e.g. 2G (default 4G)",
     )
     grade.add_argument(
         "--kernel",

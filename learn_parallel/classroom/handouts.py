@@ -20,12 +20,14 @@ from nbconvert.preprocessors import ClearOutputPreprocessor, TagRemovePreprocess
 
 from learn_parallel.classroom import files
 from learn_parallel.classroom.notebooks import SOLUTION, exercises
+from learn_parallel.classroom.workflows import classroom_workflow
 
 STUDENT_README = """# learn-parallel exercises
 
-Each chapter notebook ends with exercises: replace the stub cell with your answer, then run
-the check cell below it; it says what is wrong, or `check passed`. The grader runs the same
-checks outside your notebook's kernel, on the values your functions return.
+Each chapter notebook has exercises, most of them at its end: replace the stub cell with your
+answer, then run the check cell below it; it says what is wrong, or `check passed`. The
+grader runs the same checks outside your notebook's kernel, on the values your functions
+return.
 
     python -m pip install --index-url https://download.pytorch.org/whl/cpu "torch==2.13.*"
     python -m pip install ./_package jupyterlab
@@ -144,14 +146,3 @@ def make_handouts(book: Path, out: Path, package: bool = True) -> list[Path]:
             workflows.mkdir(parents=True, exist_ok=True)
             (workflows / workflow.name).write_text(classroom_workflow(workflow.read_text(), ids))
     return written
-
-
-def classroom_workflow(template: str, exercise_ids: list[str]) -> str:
-    """The workflow template with one GitHub Classroom runner (one point) per exercise: the
-    grade step writes each exercise's result as a step output, the reporter reads them."""
-    line = next(line for line in template.splitlines() if line.strip() == "# @REPORT@")
-    indent = line[: len(line) - len(line.lstrip())]
-    output = "${{{{ steps.grade.outputs['{}'] }}}}"  # the grade step's output of that id
-    report = [f'{indent}{i.upper()}_RESULTS: "{output.format(i)}"' for i in exercise_ids]
-    text = template.replace(line, "\n".join(report))
-    return text.replace('"@RUNNERS@"', ",".join(exercise_ids))

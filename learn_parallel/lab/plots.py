@@ -38,7 +38,7 @@ IMPLEMENTATION_LABELS = {
     "single": "one device, no wrapper",
     "learn_parallel": "learn_parallel.DataParallel",
     "torch_dp": "torch.nn.DataParallel",
-    "replicated": "ReplicatedStep (one process)",
+    "replicated": "ReplicatedStep (one process, CUDA graphs on GPUs)",
     "ddp": "DistributedDataParallel",
 }
 IMPLEMENTATION_COLORS = {
@@ -216,7 +216,7 @@ def plot_implementations(
                 ax.bar(
                     x, row["step_ms"], width, color=IMPLEMENTATION_COLORS.get(impl), **hatch[impl]
                 )
-                ax.text(x, row["step_ms"], f"{row['step_ms']:.3g}", **small)
+                ax.text(x, row["step_ms"], f"{row['step_ms']:.4g}", **small)
             elif row is not None:  # a failed run is marked where its bar would be
                 ax.text(x, tallest * 0.02, row["status"], rotation=90, color="#555555", **small)
     handles = [
@@ -228,7 +228,7 @@ def plot_implementations(
     if single:
         ms = single[0]["step_ms"]
         handles.append(ax.axhline(ms, color=IMPLEMENTATION_COLORS["single"], ls="--", lw=1))
-        labels.append(f"{names['single']} ({ms:.3g} ms)")
+        labels.append(f"{names['single']} ({ms:.4g} ms)")
     ax.set_xticks(range(len(counts)), [f"{n} device{'s' if n > 1 else ''}" for n in counts])
     ax.set_ylabel("median step time (ms), lower is better")
     ax.set_ylim(0, tallest * 1.15)

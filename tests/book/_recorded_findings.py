@@ -173,6 +173,40 @@ def fresh_threads_pay_host_time_in_the_convolution() -> bool:
     return fresh["count"] == kept["count"] and same_gpu and fresh["cpu_us"] > 5 * kept["cpu_us"]
 
 
+# ResNet-18's distinct forward convolution shapes: conv1, layer1's 3 x 3, and in each of
+# layers 2-4 a stride-2 3 x 3, a 3 x 3 and a 1 x 1 downsample (the performance chapter counts
+# them from torchvision's layout).
+RESNET18_CONV_SHAPES = 11
+
+
+def _probe_shares(setting: str) -> list[float]:
+    """conv1's first-call extra in a new thread times the shapes, over the fresh threads'
+    extra: per replica thread in the profile's convolution row, and in the forwards' host time."""
+    (workers,) = _each("persistent_workers.json")
+    probe = workers["first_call"][f"conv, cudnn.benchmark {setting}"]
+    extra = statistics.median(probe["first_call_in_new_thread_ms"])
+    extra -= statistics.median(probe["second_call_same_thread_ms"])
+    events = workers["profile"]["events"]
+    fresh, kept = (
+        events[f"{k}, cudnn.benchmark {setting}"]["aten::cudnn_convolution"]["cpu_us"]
+        for k in ("fresh threads", "persistent")
+    )
+    per_thread = (fresh - kept) / 1e3 / workers["hardware"]["device_count"]
+    runs = {(r["workload"], r["cudnn_benchmark"], r["runner"]): r for r in workers["runs"]}
+    on = setting == "on"
+    forwards = runs["resnet18", on, "fresh threads"]["median_forwards_host_ms"]
+    forwards -= runs["resnet18", on, "persistent threads"]["median_forwards_host_ms"]
+    return [extra * RESNET18_CONV_SHAPES / total for total in (per_thread, forwards)]
+
+
+def probe_accounts_for_under_half_with_benchmark_off() -> bool:
+    """With cudnn.benchmark off, the probe summed over the shapes is under half of both
+    extras; with it on, above both, and within twice them (of their order)."""
+    return all(s < 0.5 for s in _probe_shares("off")) and all(
+        1 < s < 2 for s in _probe_shares("on")
+    )
+
+
 def caller_thread_slower_on_resnet() -> bool:
     runs = _workers()
     caller, kept = (
@@ -182,11 +216,41 @@ def caller_thread_slower_on_resnet() -> bool:
     return compare(caller, kept, "middle") == "slower"
 
 
+def control_ran_where_the_forward_is_not_launch_bound() -> bool:
+    """At persistent_workers.json's GPU count the benchmark's learn_parallel forward bar on
+    cuda:0 holds GPU work of over half of it (medians of the timeline's steps); at the largest
+    count, of under half."""
+    (workers,) = _each("persistent_workers.json")
+    recorded, group = _recorded(), "conv-cudnn-benchmark-off"
+    most = max(r["devices"] for r in recorded.bench_results(group))
+
+    def share(n: int) -> float:
+        timeline = recorded.bench_timeline(group, "learn_parallel", n)
+        bars = [r for r in timeline.records if r.device == "cuda:0" and r.phase == "forward"]
+        work = statistics.median(r.gpu_ms for r in bars)
+        return work / statistics.median(r.duration_ms for r in bars)
+
+    n = workers["hardware"]["device_count"]
+    return n < most and share(n) > 0.5 > share(most)
+
+
 def recorder_ties_bare_step() -> bool:
     (cost,) = _each("recorder_cost.json")
     runs = cost["workloads"].values()
     verdicts = {compare(r["step_ms"]["recorder"], r["step_ms"]["bare"], "range") for r in runs}
     return verdicts == {"tie"}
+
+
+def recorder_step_higher_in_most_rounds() -> bool:
+    """On every workload the recorded steps' median is above the bare ones', and in more than
+    half of the rounds (each a bare step, then a recorded one) the recorded step is slower."""
+    (cost,) = _each("recorder_cost.json")
+    for r in cost["workloads"].values():
+        bare, watched = r["step_ms"]["bare"], r["step_ms"]["recorder"]
+        slower = sum(mine > theirs for theirs, mine in zip(bare, watched))
+        if statistics.median(watched) <= statistics.median(bare) or 2 * slower <= len(bare):
+            return False
+    return bool(cost["workloads"])
 
 
 def persistent_workers_beat_new_threads() -> bool:
@@ -237,6 +301,61 @@ def broadcast_coalesced_no_faster_than_copies() -> bool:
     return bool(found) and all(
         compare(r["broadcast_coalesced_ms"], r["one_after_another_ms"]) in ("tie", "slower")
         for r in found
+    )
+
+
+def _replicate_chunks() -> list[int]:
+    """Bytes of the chunks torch's C++ cuts the replicate chapter's MLP into (four
+    nn.Linear(1024, 1024), float32); a chunk closes once it holds buffer_size or more."""
+    chunks = [0]
+    for nbytes in [4 * 1024 * 1024, 4 * 1024] * 4:
+        if chunks[-1] >= 10 * 2**20:
+            chunks.append(0)
+        chunks[-1] += nbytes
+    return chunks
+
+
+def nccl_calls_set_the_replicate_bars() -> bool:
+    """floors.json and chapters.json (replicate_copy): NCCL's 1 KiB broadcast is over half its
+    broadcast at each chunk's size, and every bar to another GPU is nearer (by over half) the
+    chunks' NCCL times summed than its link floor."""
+    from learn_parallel.lab import floors
+
+    recorded = _recorded()
+    found = floors.load(recorded.machine)
+    copy = recorded.measurement("replicate_copy")
+    size = found.counts("replicate_copy", len(copy.x))["parameters"]
+    calls = [found.collective_ms("broadcast", b) for b in _replicate_chunks()]
+    tiny = found.collective_ms("broadcast", 1024)
+    bars = list(enumerate(copy.series["copy"]))[1:]
+    floor = [size / (found.copy_gb_s(0, k) * 1e9) * 1e3 for k, _ in bars]
+    nearer = all(abs(ms - sum(calls)) < abs(ms - f) / 2 for (_, ms), f in zip(bars, floor))
+    return len(calls) == 2 and all(tiny / t > 0.5 for t in calls) and nearer
+
+
+def broadcast_coalesced_is_two_nccl_calls() -> bool:
+    """floors.json (the chapters' machine): a broadcast's floor (the bytes once at the first
+    GPU's fastest link) is a third of the copies' (n - 1 = 3 copies at the links' harmonic
+    mean); NCCL's flat broadcast of the bytes takes about twice that floor and its 1 KiB
+    broadcast about half as long; NCCL's times at the two chunks' sizes sum to most of
+    broadcast_coalesced's median, not more."""
+    from learn_parallel.lab import floors
+
+    found = floors.load(_recorded().machine)
+    run = found.record["replicate_copies"]
+    n, size = run["devices"], run["bytes"]
+    links = [found.copy_gb_s(0, k) for k in range(1, n)]
+    copies = (n - 1) * size / (len(links) / sum(1 / v for v in links))
+    once = size / max(links)
+    flat = found.collective_ms("broadcast", size)
+    calls = sum(found.collective_ms("broadcast", b) for b in _replicate_chunks())
+    took = statistics.median(run["broadcast_coalesced_ms"])
+    return (
+        n == 4
+        and 0.3 < once / copies < 0.37
+        and 1.7 < flat / (once / 1e9 * 1e3) < 2.4
+        and 0.4 < found.collective_ms("broadcast", 1024) / flat < 0.6
+        and 0.5 < calls / took <= 1
     )
 
 
@@ -300,13 +419,18 @@ def scattered_chain_faster_and_same() -> bool:
 
 
 def tuple_parallel_ties() -> bool:
-    """A tie at one, two and four devices (round medians' ranges, `compare`)."""
-    recorded = _recorded().measurements.get("tuple_vs_data_parallel")
-    if recorded is None or not recorded.repeats:
-        return False
-    pairs = zip(recorded.repeats["TupleParallel"], recorded.repeats["DataParallel"])
-    verdicts = dict(zip(recorded.x, (compare(tp, dp) for tp, dp in pairs)))
-    return verdicts == {"1": "tie", "2": "tie", "4": "tie"}
+    """A tie at one, two and four devices (round medians' ranges, `compare`), in the run and
+    in its repeat."""
+    recorded = _recorded()
+    for runs in (recorded.measurements, recorded.repeat):
+        run = runs.get("tuple_vs_data_parallel")
+        if run is None or not run.repeats:
+            return False
+        pairs = zip(run.repeats["TupleParallel"], run.repeats["DataParallel"])
+        verdicts = dict(zip(run.x, (compare(tp, dp) for tp, dp in pairs)))
+        if verdicts != {"1": "tie", "2": "tie", "4": "tie"}:
+            return False
+    return True
 
 
 def profiler_tax_slows_every_rung() -> bool:
@@ -320,6 +444,63 @@ def profiler_tax_slows_every_rung() -> bool:
         and len(verdicts) == 11
         and verdicts.count("slower") == 6 == 11 - verdicts.count("tie")
     )
+
+
+def profiler_tax_earlier_runs() -> bool:
+    """The two earlier runs kept as logs: one with all eleven taxed medians higher and two
+    verdicts slower; the other six higher, five lower, one verdict slower."""
+    import json
+
+    from _book import BOOK
+
+    found = []
+    for path in sorted((BOOK / "data" / "logs" / "earlier").glob("profiler_tax-*.json")):
+        rungs = json.loads(path.read_text())["rungs"].values()
+        higher = sum(statistics.median(r["taxed"]) > statistics.median(r["clean"]) for r in rungs)
+        lower = sum(statistics.median(r["taxed"]) < statistics.median(r["clean"]) for r in rungs)
+        slower = [compare(r["taxed"], r["clean"]) for r in rungs].count("slower")
+        found.append((higher, lower, slower))
+    return sorted(found) == [(6, 5, 1), (11, 0, 2)]
+
+
+def one_gpu_run_executed_every_chapter() -> bool:
+    """notebooks-1gpu-fd11fe4.log: 17 chapters, each ok, beside one GPU."""
+    import re
+
+    from _book import BOOK
+
+    log = (BOOK / "data" / "logs" / "earlier" / "notebooks-1gpu-fd11fe4.log").read_text()
+    ran = re.findall(r"^(\S+\.ipynb): (\S+)", log, re.MULTILINE)
+    return (
+        len(ran) == 17
+        and all(status == "ok" for _, status in ran)
+        and "as this machine has 1 GPU" in log
+    )
+
+
+def scatter_copies_above_twice_their_floor() -> bool:
+    """chapters.json and its repeat, scatter_copy: every copy's bar, in both runs, more than
+    twice its slice's bytes over floors.json's rate between the two GPUs."""
+    from learn_parallel.lab import floors
+
+    recorded = _recorded()
+    found = floors.load(recorded.machine)
+    runs = [r["scatter_copy"] for r in (recorded.measurements, recorded.repeat)]
+    size = 4096 * 1024 * 4 // len(runs[0].x)  # the listing's batch, one slice per GPU
+    ratios = [
+        run.series["copy"][k] / (size / (found.copy_gb_s(0, k) * 1e9) * 1e6)
+        for run in runs
+        for k in range(1, len(run.x))
+    ]
+    return len(ratios) == 6 and min(ratios) > 2
+
+
+def matmul_runs_disagree_on_the_fastest_gpu() -> bool:
+    """chapters.json and its repeat, matmul: the fastest GPU differs, the slowest is cuda:0."""
+    recorded = _recorded()
+    runs = [r["matmul"] for r in (recorded.measurements, recorded.repeat)]
+    ranked = [[d for _, d in sorted(zip(run.series["matmul"], run.x))] for run in runs]
+    return ranked[0][0] != ranked[1][0] and ranked[0][-1] == ranked[1][-1] == "cuda:0"
 
 
 def replicate_alone_below_the_steps_bar() -> bool:

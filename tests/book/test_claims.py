@@ -163,6 +163,13 @@ CLAIMS: list[Claim] = [
         "ladder.json of every machine",
     ),
     Claim(
+        "ladder",
+        "even where that share is largest (the\nlast line) DDP in a graph, which overlaps it, did "
+        "not beat `step_graphs`",
+        findings.step_graphs_verdicts,
+        "ladder.json of every machine",
+    ),
+    Claim(
         "performance",
         "it is a small part of every replicate bar",
         findings.replicate_bars_mostly_waiting,
@@ -176,10 +183,42 @@ CLAIMS: list[Claim] = [
         "profiler_tax.json",
     ),
     Claim(
+        "devices",
+        "one found every rung's median slower too\nbut only two beyond the rounds' spread, and the "
+        "other six medians slower and five faster, one\nbeyond the spread",
+        findings.profiler_tax_earlier_runs,
+        "book/data/logs/earlier/profiler_tax-*.json",
+    ),
+    Claim(
+        "devices",
+        "disagree on the fastest GPU and agree on\nthe slowest, cuda:0",
+        findings.matmul_runs_disagree_on_the_fastest_gpu,
+        "chapters.json and chapters-repeat.json: matmul",
+    ),
+    Claim(
+        "scatter",
+        "Each bar is more than twice its floor",
+        findings.scatter_copies_above_twice_their_floor,
+        "chapters.json and chapters-repeat.json: scatter_copy; floors.json",
+    ),
+    Claim(
+        "intro",
+        "every\nchapter ran on a host with one of its H200 GPUs visible "
+        "(`CUDA_VISIBLE_DEVICES=0`): 17 of 17\nexecuted",
+        findings.one_gpu_run_executed_every_chapter,
+        "book/data/logs/earlier/notebooks-1gpu-fd11fe4.log",
+    ),
+    Claim(
         "performance",
         "On ResNet-18 the caller's thread was slower than the persistent threads",
         findings.caller_thread_slower_on_resnet,
         WORKERS,
+    ),
+    Claim(
+        "performance",
+        "where the benchmark's forward bar is mostly GPU work",
+        findings.control_ran_where_the_forward_is_not_launch_bound,
+        WORKERS + " and " + BENCH + ": its learn_parallel timelines",
     ),
     Claim(
         "performance",
@@ -196,8 +235,49 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "performance",
+        "With\n  `cudnn.benchmark` on, building that cache again fits the cost measured below; "
+        "with it off\n  (this bullet's runs), the one-shape probe below accounts for less than "
+        "half of the new\n  threads' extra host time",
+        findings.probe_accounts_for_under_half_with_benchmark_off,
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "performance",
+        "With `cudnn.benchmark` on, the probe's cost times the shapes is of the order of the "
+        "fresh\nthreads' extra time (above it",
+        findings.probe_accounts_for_under_half_with_benchmark_off,
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "performance",
+        "With it off, the same sum\naccounts for less than half of that extra time",
+        findings.probe_accounts_for_under_half_with_benchmark_off,
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "ladder",
+        "the performance chapter's one-shape probe, summed over the model's\nshapes, accounts "
+        "for less than half of the new threads' extra host time",
+        findings.probe_accounts_for_under_half_with_benchmark_off,
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "ladder",
+        "by the performance chapter's probe less than half of the cost with `cudnn.benchmark` off",
+        findings.probe_accounts_for_under_half_with_benchmark_off,
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "performance",
         "With the recorder on, both workloads' steps are a tie with the bare ones",
         findings.recorder_ties_bare_step,
+        "recorder_cost.json",
+    ),
+    Claim(
+        "performance",
+        "on both workloads the recorded step's\nmedian is the higher one and the recorded step "
+        "was the slower in most rounds",
+        findings.recorder_step_higher_in_most_rounds,
         "recorder_cost.json",
     ),
     Claim(
@@ -222,6 +302,33 @@ CLAIMS: list[Claim] = [
         "floors.json: replicate_copies",
     ),
     Claim(
+        "replicate",
+        "The broadcast's floor is a third of the copies'",
+        findings.broadcast_coalesced_is_two_nccl_calls,
+        "floors.json: replicate_copies, collectives",
+    ),
+    Claim(
+        "replicate",
+        "NCCL itself takes about twice the floor to\nbroadcast one flat buffer of these bytes, and "
+        "a broadcast of 1 KiB, next to nothing to move,\ntakes about half as long as that",
+        findings.broadcast_coalesced_is_two_nccl_calls,
+        "floors.json: replicate_copies, collectives",
+    ),
+    Claim(
+        "replicate",
+        "times for one flat buffer per chunk (the line that says so) come to most of what\n"
+        "`broadcast_coalesced` took",
+        findings.broadcast_coalesced_is_two_nccl_calls,
+        "floors.json: replicate_copies, collectives",
+    ),
+    Claim(
+        "replicate",
+        "At these sizes the cost every call pays, whatever it\nmoves, is most of an NCCL call's "
+        "time, and the bars lie far nearer the two calls' time than\nthe link floor",
+        findings.nccl_calls_set_the_replicate_bars,
+        "chapters.json: replicate_copy; floors.json: collectives",
+    ),
+    Claim(
         "distributed",
         "On both workloads the difference printed is more\nthan two gradient copies, not one",
         findings.ddp_peak_gap_is_more_than_two_gradient_copies,
@@ -237,9 +344,10 @@ CLAIMS: list[Claim] = [
     Claim(
         "tuple_parallel",
         "TupleParallel's step is a tie with DataParallel's at one, two and four\ndevices (the "
-        "ranges of their round medians overlap",
+        "ranges of their round medians overlap), in the measurement run again right after\n"
+        "(`chapters-repeat.json`) too",
         findings.tuple_parallel_ties,
-        "chapters.json: tuple_vs_data_parallel",
+        "chapters.json and chapters-repeat.json: tuple_vs_data_parallel",
     ),
     Claim(
         "distributed",

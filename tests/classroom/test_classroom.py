@@ -113,28 +113,71 @@ def test_solution_text_is_rewritten_or_dropped_sentence_by_sentence():
     assert without_solution_text(code, "code") == 'solution = 1  #\nprint("Write f above.")\n'
 
 
+def _two_jobs(workflow: dict, runners: list[str]) -> tuple[list, dict]:
+    """The checks every Classroom workflow passes: the job that runs student code keeps no
+    token in the checkout and has one that can only read, and hands one output per runner
+    to the reporter, which runs alone in the job named after the check run it updates.
+    Returns the grade job's steps and its outputs."""
+    assert workflow["permissions"] == {"contents": "read"}
+    grade, report = workflow["jobs"]["grade"], workflow["jobs"]["run-autograding-tests"]
+    assert "permissions" not in grade and grade["runs-on"] == "ubuntu-latest"
+    checkout = next(s for s in grade["steps"] if s.get("uses", "").startswith("actions/checkout"))
+    assert checkout["with"]["persist-credentials"] is False
+    assert report["needs"] == "grade" and report["permissions"]["checks"] == "write"
+    [reporter] = report["steps"]  # nothing of the student's runs in this job
+    assert reporter["uses"] == "classroom-resources/autograding-grading-reporter@v1"
+    assert reporter["with"]["runners"] == ",".join(runners)
+    # The reporter reads <RUNNER>_RESULTS for each runner: the grade job's output of that id.
+    assert reporter["env"] == {
+        f"{i.upper()}_RESULTS": f"${{{{ needs.grade.outputs['{i}'] }}}}" for i in runners
+    }
+    assert list(grade["outputs"]) == runners
+    return grade["steps"], grade["outputs"]
+
+
 def test_handouts_for_a_classroom_repository(tmp_path):
     import yaml
 
     template = yaml.safe_load((ROOT / ".github" / "classroom" / "autograde.yml").read_text())
-    assert template["jobs"]["run-autograding-tests"]["runs-on"] == "ubuntu-latest"
+    assert set(template["jobs"]) == {"grade", "run-autograding-tests"}
 
     written = make_handouts(BOOK, tmp_path)
     workflow = yaml.safe_load((tmp_path / ".github" / "workflows" / "autograde.yml").read_text())
-    steps = workflow["jobs"]["run-autograding-tests"]["steps"]
     ids = [ex.id for path in written for ex in exercises(read(path))]
+    steps, outputs = _two_jobs(workflow, ids)
+    assert outputs == {i: f"${{{{ steps.grade.outputs['{i}'] }}}}" for i in ids}
     grade_step = next(s for s in steps if s.get("id") == "grade")
-    assert '--classroom "$GITHUB_OUTPUT"' in grade_step["run"]
-    reporter = steps[-1]
-    assert reporter["uses"].endswith("autograding-grading-reporter@v1")
-    assert reporter["with"]["runners"] == ",".join(ids)
-    # The reporter reads <RUNNER>_RESULTS for each runner: the grade step's output of that id.
-    assert reporter["env"] == {
-        f"{i.upper()}_RESULTS": f"${{{{ steps.grade.outputs['{i}'] }}}}" for i in ids
-    }
+    command = " ".join(grade_step["run"].replace("\\\n", " ").split())
+    assert command.endswith('--sandbox none --json results.json --classroom "$GITHUB_OUTPUT"')
+    guide = " ".join(c.source for c in read(BOOK / "teaching.ipynb").cells)
+    quoted = command.removeprefix("python -m learn_parallel.classroom ")
+    assert f"`{quoted}`" in " ".join(guide.split()), "the guide quotes the grade step whole"
     assert (tmp_path / "_package" / "learn_parallel" / "classroom" / "checks").is_dir()
     assert (tmp_path / "_package" / "pyproject.toml").exists()
     assert "./_package" in (tmp_path / "README.md").read_text()
+
+
+def test_a_track_copy_has_a_workflow_with_one_runner_per_task(tmp_path):
+    """GitHub Classroom grades a pushed track copy: one command-grader step (one point) per
+    chosen task, running that task's tests as `run_task` does, on simulated devices."""
+    import yaml
+
+    from learn_parallel.classroom.workflows import pytest_arguments
+
+    chosen = ["task_scatter", "task_worker"]
+    make_track(tmp_path, tasks=chosen)
+    workflow = yaml.safe_load((tmp_path / ".github" / "workflows" / "autograde.yml").read_text())
+    steps, outputs = _two_jobs(workflow, chosen)
+    assert outputs == {t: f"${{{{ steps.{t}.outputs.result }}}}" for t in chosen}
+    runners = [s for s in steps if s.get("uses", "").endswith("autograding-command-grader@v1")]
+    assert [s["id"] for s in runners] == chosen
+    for step, task in zip(runners, chosen):
+        assert step["with"]["max-score"] == 1 and step["with"]["test-name"] == task
+        python = " ".join(["python", *pytest_arguments(task)])
+        assert step["with"]["command"] == f"LEARN_PARALLEL_SIMULATE=1 {python}"
+    assert ".github/workflows/autograde.yml" in (tmp_path / "TASKS.md").read_text()
+    make_track(tmp_path / "reference", tasks=[])  # no task, nothing to grade: no workflow
+    assert not (tmp_path / "reference" / ".github").exists()
 
 
 def test_classroom_results_are_what_the_reporter_reads(tmp_path):
@@ -388,6 +431,26 @@ def test_the_course_plan_covers_every_chapter_and_exercise_once_in_order():
             assert TASK_CHAPTERS[task] in names(chapters), f"week {week}: {task}"
             planned_tasks.append(task)
     assert sorted(planned_tasks) == sorted(TASK_CHAPTERS)
+
+
+def test_the_guide_names_the_chapters_that_go_on_after_their_exercises():
+    """The guide's first paragraph says where each chapter's exercises are: the DDP chapter
+    sets them beside its code, the chapters it names go on after their last solution, and
+    every other chapter ends with it."""
+    import re
+
+    from learn_parallel.classroom import CHAPTERS
+
+    intro = " ".join(read(BOOK / "teaching.ipynb").cells[0].source.split())
+    named = re.search(r"; the ([\w, ]+) chapters go on after theirs", intro).group(1)
+    assert "The DDP chapter sets each beside the code it asks about" in intro
+    go_on = []
+    for chapter in CHAPTERS:
+        cells = read(BOOK / f"{chapter}.ipynb").cells
+        last = max(i for i, c in enumerate(cells) if SOLUTION in tags(c))
+        if last < len(cells) - 1 and chapter != "distributed":
+            go_on.append(chapter)
+    assert re.split(r", | and ", named) == go_on
 
 
 def html_tables(html: str) -> list[list[list[str]]]:

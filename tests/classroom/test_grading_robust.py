@@ -4,9 +4,9 @@ Each test grades a small class in which one honest submission must keep its mark
 others hand in what stopped issue 49's grader: malformed, linked, piped or oddly named files
 (each scores 0 with its reason, and the table still prints, results written first), cells
 that ignore interrupts or never end (a restart without the cell, and a wall clock per
-notebook), an answer that allocates past the memory limit, and a grader killed mid-run
-(its folders are removed by the next run). Every test runs sandboxed and without a sandbox:
-these are the grader's own defences.
+notebook), answers that allocate past the memory limit (privately, or in the sandbox's
+/dev/shm), and a grader killed mid-run (its folders are removed by the next run). Every test
+runs sandboxed and without a sandbox: these are the grader's own defences.
 """
 
 from __future__ import annotations
@@ -116,13 +116,23 @@ def test_bad_files_score_zero_with_their_reason_and_the_class_is_graded(sandbox,
 
 INTERRUPTS = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
 HANGS = "import time\ntime.sleep(3600)\n"
+# Shared memory past the 1 GiB limit: an anonymous mapping (never touched), then a file in
+# /dev/shm for the same size (ENOSPC at once where that tmpfs is smaller than the request).
+SHARES = """def split_batch(batch, ids):
+    import mmap, os
+
+    mapped = mmap.mmap(-1, 3 * 2**29)
+    shared = os.open("/dev/shm/answer", os.O_RDWR | os.O_CREAT)
+    os.posix_fallocate(shared, 0, 3 * 2**29)
+"""
 
 
 @pytest.mark.parametrize("sandbox", EITHER)
 def test_runaway_cells_cost_only_their_own_notebook(sandbox, tmp_path):
     """A cell that ignores interrupts is left out on a restart (later cells do not wait for
     it); a notebook that never ends is stopped at its wall clock; an answer that allocates
-    past the memory limit fails with MemoryError."""
+    past the memory limit fails with MemoryError. In the sandbox, /dev/shm is as small as
+    /tmp; an anonymous shared mapping is not counted (the guide's table says so)."""
     heavy = "import learn_parallel.classroom.judge\n"  # the grading cells' import, once
     uninterruptible = nbformat.v4.new_notebook(
         cells=[nbformat.v4.new_code_cell(s) for s in (heavy, INTERRUPTS, HANGS)]
@@ -131,7 +141,9 @@ def test_runaway_cells_cost_only_their_own_notebook(sandbox, tmp_path):
         cells=[nbformat.v4.new_code_cell(s) for s in [INTERRUPTS] + [HANGS] * 30]
     )
     big = solutions()[0].replace("    size =", "    block = bytearray(3 * 2**29)\n    size =")
-    allocates = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(big)])
+    # SHARES only in the sandbox: unsandboxed, it would fill this machine's own /dev/shm.
+    answers = [big, SHARES] if sandbox == "bwrap" else [big]
+    allocates = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(a) for a in answers])
     hand_in(tmp_path, {"allocates": allocates, "endless": endless, "ignores": uninterruptible})
     start = time.monotonic()
     limits = Limits(memory=GiB, seconds=30)  # a notebook's wall clock; a cell's: 5 s
@@ -144,6 +156,8 @@ def test_runaway_cells_cost_only_their_own_notebook(sandbox, tmp_path):
     assert "NameError" in messages["ignores", "scatter-dict"], report
     assert "ran past its limit of 30 s" in messages["endless", "scatter-sizes"], report
     assert "MemoryError" in messages["allocates", "scatter-sizes"], report
+    if sandbox == "bwrap":  # the mapping was made; the file in /dev/shm could not be
+        assert "No space left on device" in messages["allocates", "scatter-dict"], report
     assert elapsed < 90, f"{elapsed:.0f} s"
 
 

@@ -178,8 +178,10 @@ def test_the_guides_table_names_the_tests_that_try_each_attack_and_the_real_limi
                 assert (here / name.strip()).exists(), row
     limits = Limits()
     assert f"(`--notebook-timeout`, {limits.seconds} s)" in guide
-    assert f"(`--memory`, {limits.memory // 2**30} GiB)" in guide
-    assert f"{limits.memory // 2**30} GiB per process" in table
+    gib = limits.memory // 2**30
+    assert f"(`--memory`, {gib} GiB" in guide
+    assert f"private allocations (`RLIMIT_DATA`, {gib} GiB, `--memory`)" in table
+    assert f"a `/tmp` and a `/dev/shm` of {gib} GiB each" in table
 
 
 def test_the_classroom_files_are_short_and_every_check_module_is_a_chapter():

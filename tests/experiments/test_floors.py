@@ -215,10 +215,21 @@ def test_the_table_says_what_bounds_each_bar(recorded):
     assert floors.bound(forward, 10 * floor, None).startswith("above its floor")
     # Below its floor, a bar shows the floor's model failing at that size: it bounds nothing.
     assert floors.bound(forward, 0.6 * floor, floor).startswith("below its floor (0.6 x)")
-    # A collective's GPU work counts its wait for the peers: no verdict from it.
+    # A collective's GPU work, NCCL kernel time, counts its wait for the peers' kernels: where
+    # it fills most of the bar, it cannot tell that wait from transfer ...
     reduce = recorded.phase("mlp", 4, "reduce")
+    said = floors.bound(reduce, 10 * reduce.ms, 8 * reduce.ms)
+    assert said.startswith("above its floor (10.0 x)") and "cannot tell waits from transfer" in said
+    # ... but under half the bar, the stream sat idle outside its kernels: bounded by waits.
     said = floors.bound(reduce, 10 * reduce.ms, reduce.ms)
-    assert said.startswith("above its floor (10.0 x)") and "NCCL kernel time" in said
+    assert said.startswith("bounded by waits outside its NCCL kernels, not by NCCL reduces")
+    assert f"worked {reduce.ms:.3f} ms (NCCL kernel time) of the {10 * reduce.ms:.3f} ms" in said
+    for gpu in (4.9, 5.0):  # the line between the two: half the bar
+        said = floors.bound(reduce, 10 * reduce.ms, gpu * reduce.ms)
+        assert said.startswith("bounded by waits" if gpu < 5 else "above its floor"), said
+    # A copy's GPU work under half its bar says waits, with no word of NCCL.
+    copy = floors.bound(recorded.phase("mlp", 4, "gather"), 1.0, 0.1)
+    assert copy.startswith("bounded by waits, not by copies") and "NCCL" not in copy
     assert floors.bound(reduce, 1.5 * reduce.ms, 20 * reduce.ms).startswith("bounded by NCCL")
 
 

@@ -87,12 +87,19 @@ def _row(rung, repeats, below=None):
 
 
 def test_verdict_calls_a_difference_inside_the_rounds_range_a_tie():
-    low, high = _row("a", [10.0, 10.2, 10.4]), _row("b", [10.3, 10.5, 10.6])
+    low, high = _row("a", [10.0, 10.1, 10.2, 10.3, 10.4]), _row("b", [10.3, 10.4, 10.5, 10.6, 10.6])
     assert bridges.verdict(low, high) == bridges.verdict(high, low) == "tie"  # ranges overlap
-    fast = _row("c", [9.0, 9.1, 9.2])
+    fast = _row("c", [9.0, 9.05, 9.1, 9.15, 9.2])
     assert bridges.verdict(fast, high) == "faster" and bridges.verdict(high, fast) == "slower"
     old = {"rung": "d", "step_ms": 8.0}  # recorded before rounds existed: one median
-    assert bridges.verdict(old, high) == "one round"
+    assert bridges.verdict(old, high) == "no verdict (1 round)"
+
+
+def test_verdict_gives_none_from_fewer_than_five_rounds():
+    few, high = _row("a", [9.0, 9.1, 9.2, 9.3]), _row("b", [10.3, 10.4, 10.5, 10.6, 10.6])
+    assert bridges.ENOUGH_ROUNDS == 5
+    assert bridges.verdict(few, high) == bridges.verdict(high, few) == "no verdict (4 rounds)"
+    assert bridges.verdict(_row("c", [*few["repeats"], 9.4]), high) == "faster"  # five: enough
 
 
 def test_table_gives_each_rung_its_spread_ratio_and_verdicts():
@@ -101,9 +108,9 @@ def test_table_gives_each_rung_its_spread_ratio_and_verdicts():
         "hardware": {"label": "2 x test GPU"},
         "workloads": {"mlp": {"title": "MLP"}},
         "rows": [
-            _row("own_optimizers", [12.0, 12.5, 13.0]),
-            _row("per_device_inputs", [9.0, 9.5, 10.0], below="own_optimizers"),
-            _row("ddp", [9.8, 10.0, 10.2]),
+            _row("own_optimizers", [12.0, 12.25, 12.5, 12.75, 13.0]),
+            _row("per_device_inputs", [9.0, 9.25, 9.5, 9.75, 10.0], below="own_optimizers"),
+            _row("ddp", [9.8, 9.9, 10.0, 10.1, 10.2]),
             {"rung": "ddp_graphs", "workload": "mlp", "status": "failed", "note": "refused\nx"},
         ],
     }
@@ -112,6 +119,30 @@ def test_table_gives_each_rung_its_spread_ratio_and_verdicts():
     assert "faster vs own_optimizers, tie vs ddp" in table
     assert "own_optimizers             12.50 ms (12.00-13.00)  1.25 x DDP, slower vs ddp" in table
     assert "ddp_graphs              failed: refused" in table
+    two = report | {"rows": [r | {"repeats": r["repeats"][:2]} for r in report["rows"][:3]]}
+    table = bridges.ladder_table(two)  # the ranges still do not overlap: no verdict from two
+    assert "no verdict (2 rounds) vs own_optimizers, no verdict (2 rounds) vs ddp" in table
+    assert not any(word in table for word in ("faster", "slower", "tie"))
+
+
+def test_timing_of_leaves_out_the_bars_of_a_run_that_recorded_no_timeline(tmp_path, monkeypatch):
+    def fake_round(row, rung, workload, count, warmup, steps, timeline_steps, later=None):
+        row["repeats"].append(1.0)
+        row["step_ms_all"].append([1.0])
+        row["host_ms_repeats"].append(1.0)
+
+    monkeypatch.setattr(ladder, "measure_round", fake_round)
+    workloads = ladder.default_workloads(False, quick=True)[1:]
+    timings = {}
+    for steps in (0, 3):
+        run = {"repeats": 1, "timeline_steps": steps, "progress": False}
+        report = ladder.run("ladder", workloads, 2, tmp_path, **run)
+        timings[steps] = (report["timing"], bridges.timing_of(report))
+    (plain, said), (kept, same) = timings[0], timings[3]
+    assert "then 0 steps recorded per device, whose mean bar" in plain
+    assert "mean bar" not in said and "; no timeline recorded; host_ms: " in said
+    assert said.startswith(plain.partition("; then 0 steps")[0])
+    assert same == kept and "then 3 steps recorded per device, whose mean bar per phase" in kept
 
 
 def test_plot_draws_each_rounds_range():
@@ -155,10 +186,11 @@ def test_a_rung_that_warns_keeps_its_times_and_says_why_in_its_note():
 def test_phase_lines_compare_each_phase_over_the_rounds():
     timeline = {"records": [{"device": "cuda:0", "phase": "backward", "step": 0, "gpu_ms": 2.0}]}
     below = _row("kept_replicas", [10.0, 10.5]) | {
-        "phase_ms": [{"backward": 5.0}, {"backward": 5.2}]
+        "phase_ms": [{"backward": ms} for ms in (5.0, 5.05, 5.1, 5.15, 5.2)]
     }
     rung = _row("overlap_reduce", [11.0, 11.5], below="kept_replicas")
-    rung |= {"phase_ms": [{"backward": 6.0, "reduce": 0.1}, {"backward": 6.4, "reduce": 0.2}]}
+    pairs = zip((6.0, 6.1, 6.2, 6.3, 6.4), (0.1, 0.125, 0.15, 0.175, 0.2))
+    rung |= {"phase_ms": [{"backward": b, "reduce": r} for b, r in pairs]}
     report = {"rows": [below | {"timeline": timeline}, rung | {"timeline": timeline}]}
     lines = bridges.phase_lines(report, "mlp", "overlap_reduce", "kept_replicas")
     assert lines == [
@@ -167,6 +199,10 @@ def test_phase_lines_compare_each_phase_over_the_rounds():
         "  reduce                 0.00 (0.00-0.00) ->   0.15 (0.10-0.20) ms, slower;"
         " GPU work 0.00 -> 0.00 (NCCL kernel time, waits for peers included)",
     ]
+    for row in report["rows"]:  # the same ranges from two rounds: no verdict
+        row["phase_ms"] = [row["phase_ms"][0], row["phase_ms"][-1]]
+    lines = bridges.phase_lines(report, "mlp", "overlap_reduce", "kept_replicas")
+    assert [line.split(" ms, ")[1].split(";")[0] for line in lines] == ["no verdict (2 rounds)"] * 2
     del report["rows"][0]["phase_ms"]  # a recording made before the rounds kept their phases
     assert bridges.phase_lines(report, "mlp", "overlap_reduce", "kept_replicas") == []
 
