@@ -7,10 +7,11 @@ then one grading cell per exercise of the *reference* chapter (``--reference``, 
 default; each exercise once) that calls the answer its check cell names. That cell runs the
 check in the kernel and records what the answer returned (`judge.recorder`); the grader runs
 the same check here on the recorded values (`judge.judge`): nothing the kernel prints or
-patches decides a pass. A track copy is graded by the teacher's tests of each task. Each
-cell and each job has a time limit, and whatever goes wrong (a malformed file, a crash, a
-timeout) costs only its own submission. Checks see ``LEARN_PARALLEL_GRADING=1`` and may add
-hidden cases.
+patches decides a pass, but its record is taken as what the answer returned, so a record
+forged with the right values passes (the teaching chapter's threat table). A track copy is
+graded by the teacher's tests of each task. Each cell and each job has a time limit, and
+whatever goes wrong (a malformed file, a crash, a timeout) costs only its own submission.
+Checks see ``LEARN_PARALLEL_GRADING=1`` and may add hidden cases.
 """
 
 from __future__ import annotations

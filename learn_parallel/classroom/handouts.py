@@ -68,18 +68,27 @@ def _markdown_without_solutions(text: str) -> str:
     return "\n\n".join(paragraphs)
 
 
+def _is_text(token: tokenize.TokenInfo) -> bool:
+    """A comment, or a string literal other than an f-string (whose braces hold code; on
+    Python 3.12 and later an f-string is not one STRING token but several)."""
+    if token.type == tokenize.COMMENT:
+        return True
+    prefix = token.string[: len(token.string) - len(token.string.lstrip("rRbBuUfF"))]
+    return token.type == tokenize.STRING and "f" not in prefix.lower()
+
+
 def _code_without_solutions(source: str) -> str:
-    """Rewrite only the strings and comments of ``source`` (its code stays as it is)."""
+    """Rewrite only the comments and strings of ``source``, on one line or several, f-strings
+    excepted (its code stays as it is)."""
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     except (tokenize.TokenError, SyntaxError):
         return source
-    lines = source.splitlines(keepends=True)
-    offsets = [0]
-    for line in lines:
+    offsets = [0]  # where each line starts, lines as tokenize numbers them (split at "\n")
+    for line in io.StringIO(source).readlines():
         offsets.append(offsets[-1] + len(line))
-    for token in reversed(tokens):
-        if token.type in (tokenize.STRING, tokenize.COMMENT) and token.start[0] == token.end[0]:
+    for token in reversed(tokens):  # from the end: earlier tokens' offsets stay right
+        if _is_text(token):
             start = offsets[token.start[0] - 1] + token.start[1]
             end = offsets[token.end[0] - 1] + token.end[1]
             source = source[:start] + _rewritten(token.string) + source[end:]

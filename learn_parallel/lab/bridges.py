@@ -178,9 +178,15 @@ def verdict(row: dict[str, Any], other: dict[str, Any]) -> str:
 
 
 def timing_of(report: dict[str, Any]) -> str:
-    """A ladder run's ``timing``, its clause on per-phase bars left out where it recorded none."""
+    """A ladder run's ``timing``, its clauses on per-phase bars and on DDP's ranks left out
+    where it recorded no timeline and no DDP row."""
+    from learn_parallel.lab.ladder_rungs import DDP_ROWS
+
     bars = "then 0 steps recorded per device, whose mean bar per phase is the round's phase_ms"
-    return report["timing"].replace(bars, "no timeline recorded")
+    timing = report["timing"].replace(bars, "no timeline recorded")
+    if not any(row["rung"] in DDP_ROWS for row in report["rows"]):
+        timing = timing.replace(" (DDP: the slowest rank per step)", "")
+    return timing
 
 
 def ladder_table(report: dict[str, Any]) -> str:

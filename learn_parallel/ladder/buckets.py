@@ -163,9 +163,9 @@ class SumOntoSource:
     """A bucket's gradients summed over the replicas into the original parameters' ``.grad``.
 
     With ``side_streams`` (GPUs, buckets reduced during backward) the sum runs on one
-    side stream per device: a copy between two devices makes the current streams of
-    both wait for each other, and on the compute streams that would hold up the
-    source's backward until the copy is done.
+    side stream per device: a copy between two devices runs on the sender's stream
+    after it waits for the receiver's, and the receiver's then waits for the copy; on
+    the compute streams that would hold up both devices' backward.
     """
 
     def __init__(

@@ -91,7 +91,8 @@ class ReplicatedStep:
         trainable = [[p for p in r.parameters() if p.requires_grad] for r in self.replicas]
         if not trainable[0]:
             raise ValueError("ReplicatedStep has nothing to train: no parameter requires grad.")
-        # Graphs replay backward whole, so its all-reduces wait for its end: one per dtype.
+        # This design replays backward as one graph with no hooks inside, so its all-reduces
+        # wait for its end: one per dtype.
         cap = bucket_mb * 2**20 if overlap and not cuda_graphs else math.inf
         self.buckets = GradientBuckets(trainable, cap, on_ready=self._all_reduce)
         # Gradients live in one flat tensor per bucket and replica (each .grad a view),

@@ -234,6 +234,33 @@ def control_ran_where_the_forward_is_not_launch_bound() -> bool:
     return n < most and share(n) > 0.5 > share(most)
 
 
+def matmul_first_call_above_its_repeat() -> bool:
+    """The probe's matmul: its first call in a new thread above its repeat (medians), and below
+    the performance chapter's threshold (first > 2 * again + 0.5)."""
+    (workers,) = _each("persistent_workers.json")
+    probe = workers["first_call"]["matmul 2048 x 2048"]
+    first = statistics.median(probe["first_call_in_new_thread_ms"])
+    again = statistics.median(probe["second_call_same_thread_ms"])
+    return again < first <= 2 * again + 0.5
+
+
+def benchmark_searches_fit_the_synchronizations() -> bool:
+    """cudnn.benchmark on, the fresh-thread step's extra synchronizations against one search per
+    shape and replica thread, each timing 10 plans (benchmark_limit's default): 10 event waits
+    and 1 + 10 device synchronizations per search; its cudaMalloc and cudaFree calls, none in
+    the persistent step."""
+    (workers,) = _each("persistent_workers.json")
+    rows = {r["name"]: r for r in workers["profile"]["diff"]["cudnn.benchmark on"]}
+    more = {name: r["count"] - r["count_other"] for name, r in rows.items()}
+    searches = RESNET18_CONV_SHAPES * workers["hardware"]["device_count"]
+    allocator = [rows[name] for name in ("cudaMalloc", "cudaFree")]
+    return (
+        more["cudaEventSynchronize"] == 10 * searches
+        and more["cudaDeviceSynchronize"] == (1 + 10) * searches
+        and all(r["count"] > 0 and r["count_other"] == 0 for r in allocator)
+    )
+
+
 def recorder_ties_bare_step() -> bool:
     (cost,) = _each("recorder_cost.json")
     runs = cost["workloads"].values()
@@ -461,6 +488,34 @@ def profiler_tax_earlier_runs() -> bool:
         slower = [compare(r["taxed"], r["clean"]) for r in rungs].count("slower")
         found.append((higher, lower, slower))
     return sorted(found) == [(6, 5, 1), (11, 0, 2)]
+
+
+def profiler_tax_a_few_percent_in_two_runs_of_three() -> bool:
+    """The shipped run and the two earlier ones: in two, every taxed median is above its clean
+    one by under 10% of a step, the largest excess more than twice the smallest (uneven between
+    rungs); in the third, some taxed medians are below."""
+    import json
+
+    from _book import BOOK
+
+    earlier = sorted((BOOK / "data" / "logs" / "earlier").glob("profiler_tax-*.json"))
+    runs = _each("profiler_tax.json") + [json.loads(path.read_text()) for path in earlier]
+    excess = [
+        sorted(statistics.median(r["taxed"]) / statistics.median(r["clean"]) - 1 for r in rungs)
+        for rungs in (run["rungs"].values() for run in runs)
+    ]
+    seen = [e for e in excess if 2 * e[0] < e[-1] < 0.1 and e[0] > 0]
+    return len(runs) == 3 and len(seen) == 2 and sum(e[0] < 0 for e in excess) == 1
+
+
+def devices_chapter_ran_on_four_gpus() -> bool:
+    """notebooks-4gpu.log: the devices chapter ran to its end (ok) on the four H200 GPUs."""
+    from _book import BOOK
+
+    log = (BOOK / "data" / "logs" / "checks-after-recording" / "notebooks-4gpu.log").read_text()
+    _, found, rest = log.partition("\ndevices.ipynb: ok (")
+    block = rest.split(".ipynb: ", 1)[0]  # the lines the chapter printed, up to the next one
+    return bool(found) and "4 devices: cuda:0 (NVIDIA H200)" in block and "4 GPUs:" in block
 
 
 def one_gpu_run_executed_every_chapter() -> bool:

@@ -191,6 +191,18 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "devices",
+        "a cost of a few percent of a step, seen in two runs of three\nand uneven between rungs",
+        findings.profiler_tax_a_few_percent_in_two_runs_of_three,
+        "profiler_tax.json; book/data/logs/earlier/profiler_tax-*.json",
+    ),
+    Claim(
+        "devices",
+        "this cell, unchanged, ran without an error on four H200 GPUs",
+        findings.devices_chapter_ran_on_four_gpus,
+        "book/data/logs/checks-after-recording/notebooks-4gpu.log",
+    ),
+    Claim(
+        "devices",
         "disagree on the fastest GPU and agree on\nthe slowest, cuda:0",
         findings.matmul_runs_disagree_on_the_fastest_gpu,
         "chapters.json and chapters-repeat.json: matmul",
@@ -219,6 +231,27 @@ CLAIMS: list[Claim] = [
         "where the benchmark's forward bar is mostly GPU work",
         findings.control_ran_where_the_forward_is_not_launch_bound,
         WORKERS + " and " + BENCH + ": its learn_parallel timelines",
+    ),
+    Claim(
+        "performance",
+        "more than its repeat, below the threshold",
+        findings.matmul_first_call_above_its_repeat,
+        WORKERS + ": first_call",
+    ),
+    Claim(
+        "performance",
+        "its synchronizations fit\n  the trials (the cell below counts them against the "
+        "searches), and its `cudaFree` and\n  `cudaMalloc` calls, of which the persistent step "
+        "makes none",
+        findings.benchmark_searches_fit_the_synchronizations,
+        WORKERS + ": its profile",
+    ),
+    Claim(
+        "performance",
+        "each new thread\n  searches again for every forward convolution shape, timing up to\n"
+        "  `torch.backends.cudnn.benchmark_limit` candidate plans (10 by default)",
+        findings.benchmark_searches_fit_the_synchronizations,
+        WORKERS + ": its profile",
     ),
     Claim(
         "performance",

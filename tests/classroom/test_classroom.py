@@ -113,6 +113,19 @@ def test_solution_text_is_rewritten_or_dropped_sentence_by_sentence():
     assert without_solution_text(code, "code") == 'solution = 1  #\nprint("Write f above.")\n'
 
 
+def test_code_loses_solution_text_in_strings_of_several_lines_but_not_in_f_strings():
+    """A docstring of several lines is rewritten like a one-line string; an f-string is left
+    as it is on every Python (its braces hold code: ``len(solution)`` is no parenthesis of
+    text), and so is every line of code."""
+    code = (
+        'def f(solution):\n    """Write f\n    (the solution is below)."""\n'
+        "    print(f'{len(solution)} rows')  # (not the solution)\n"
+    )
+    assert without_solution_text(code, "code") == (
+        'def f(solution):\n    """Write f."""\n    print(f\'{len(solution)} rows\')  #\n'
+    )
+
+
 def _two_jobs(workflow: dict, runners: list[str]) -> tuple[list, dict]:
     """The checks every Classroom workflow passes: the job that runs student code keeps no
     token in the checkout and has one that can only read, and hands one output per runner
@@ -552,3 +565,21 @@ def test_an_answer_that_raises_is_pointed_at_in_the_students_code():
         f"CheckFailed: {failure.value}",
         f"  (test_classroom.py, line {line}, in chunk_sizes)",
     ]
+
+
+def test_the_teaching_chapter_names_every_check_that_judges_a_probes_report():
+    """The threat model lists the checks whose verdict rests on a report made in the
+    student's kernel (`observe`): every such check, and no other."""
+    import inspect
+    import re
+
+    from learn_parallel.classroom import _CHECKS, _load_all
+
+    _load_all()
+    probed = {i for i, check in _CHECKS.items() if "observe(" in inspect.getsource(check)}
+    assert len(probed) >= 10
+    text = "\n".join(c.source for c in read(BOOK / "teaching.ipynb").cells)
+    lead = "a probe runs there (`observe`)"
+    start = text.index(lead) + len(lead)
+    named = re.findall(r"`([a-z-]+)`", text[start : text.index(". The grader", start)])
+    assert sorted(named) == sorted(probed)

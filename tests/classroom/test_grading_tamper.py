@@ -3,8 +3,10 @@
 Every cheat below replaces the scatter chapter's stub cells (the answers stay the wrong
 stubs, or a wrong answer) and tries to make the grader believe otherwise from inside the
 student's kernel. One honest, solved submission is graded beside them in the same run:
-the grader must still give it full marks. Then the robustness cases: a hang, a crash in a
-student cell, a 10 MB print and a syntax error each cost only the exercise they touch.
+the grader must still give it full marks. One forgery does pass, as the teaching chapter's
+threat table says: a transcript of the right values, computed as the readable checks do.
+Then the robustness cases: a hang, a crash in a student cell, a 10 MB print and a syntax
+error each cost only the exercise they touch.
 """
 
 from __future__ import annotations
@@ -116,11 +118,44 @@ for path in Path("SUBMISSIONS_DIR").rglob("*.ipynb"):
 """,
 }
 
+# The grader judges the values the kernel recorded; nothing in a transcript says which code
+# computed them. This one holds what each check expects (the hidden cases' too), computed
+# the way checks/scatter.py computes it, while the stubs stay wrong: it passes both.
+FORGES_THE_RIGHT_VALUES = """
+import torch
+import learn_parallel as lp
+import learn_parallel.classroom.judge as j
+from learn_parallel.classroom.plain import encode
+from learn_parallel.classroom.tools import machine
 
-def test_every_cheat_scores_zero_and_an_honest_answer_still_passes(tmp_path):
+def right_values(exercise_id):
+    if exercise_id == "scatter-sizes":
+        pairs = [(r, d) for r in range(1, 200) for d in range(1, 17)]
+        return [[len(c) for c in torch.arange(r).chunk(d)] for r, d in pairs]
+    here = machine()
+    torch.manual_seed(0)
+    values = []
+    for rows in (1, 3, 10):
+        x, y = torch.randn(rows, 2, device=here.source), torch.arange(rows, device=here.source)
+        values.append(lp.scatter({"x": x, "y": y}, here.ids))
+    return values
+
+def forged(path):
+    def record(exercise_id, *answer):
+        outcomes = [{"value": encode(v)} for v in right_values(exercise_id)]
+        devices = j._devices_here()
+        transcript = {"args": [{"call": True}], "outcomes": outcomes, "kernel": None}
+        torch.save({**transcript, "devices": devices}, path)
+    return record
+j.recorder = forged
+"""
+FORGERY = "forges the right values"
+
+
+def test_every_cheat_scores_zero_but_honest_work_and_forged_right_values_pass(tmp_path):
     submissions, results_dir = tmp_path / "submissions", tmp_path / "out"
     results_dir.mkdir()
-    for name, cheat in {"honest": "", **CHEATS}.items():
+    for name, cheat in {"honest": "", **CHEATS, FORGERY: FORGES_THE_RIGHT_VALUES}.items():
         source = cheat.replace("RESULTS_DIR", str(results_dir))
         source = source.replace("SUBMISSIONS_DIR", str(submissions))
         folder = submissions / name.replace(" ", "-").replace("'", "")
@@ -140,6 +175,9 @@ def test_every_cheat_scores_zero_and_an_honest_answer_still_passes(tmp_path):
     results = json.loads(results_file.read_text())
     graded = scores(results)
     assert graded.pop("honest") == {"scatter-sizes": True, "scatter-dict": True}, results
+    # The limit the threat table states: a forged transcript of the right values passes.
+    forgery = FORGERY.replace(" ", "-")
+    assert graded.pop(forgery) == {"scatter-sizes": True, "scatter-dict": True}, results
     assert len(graded) == len(CHEATS)
     passed = {cheat: [e for e, ok in got.items() if ok] for cheat, got in graded.items()}
     assert all(not exercises for exercises in passed.values()), passed

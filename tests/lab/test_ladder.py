@@ -141,8 +141,22 @@ def test_timing_of_leaves_out_the_bars_of_a_run_that_recorded_no_timeline(tmp_pa
     (plain, said), (kept, same) = timings[0], timings[3]
     assert "then 0 steps recorded per device, whose mean bar" in plain
     assert "mean bar" not in said and "; no timeline recorded; host_ms: " in said
-    assert said.startswith(plain.partition("; then 0 steps")[0])
-    assert same == kept and "then 3 steps recorded per device, whose mean bar per phase" in kept
+    no_ddp = " (DDP: the slowest rank per step)"  # the run has no DDP row: its clause goes too
+    assert no_ddp in plain and no_ddp not in said
+    assert said.startswith(plain.partition("; then 0 steps")[0].replace(no_ddp, ""))
+    assert (
+        same == kept.replace(no_ddp, "")
+        and "then 3 steps recorded per device, whose mean bar per phase" in kept
+    )
+
+
+def test_timing_of_names_ddp_only_where_a_ddp_row_ran():
+    timing = "a synchronize of every device (DDP: the slowest rank per step); a row's repeats"
+    rows = [_row("broadcast", [1.0]), _row("clone", [2.0])]
+    assert bridges.timing_of({"timing": timing, "rows": rows}) == (
+        "a synchronize of every device; a row's repeats"
+    )
+    assert bridges.timing_of({"timing": timing, "rows": [*rows, _row("ddp", [1.0])]}) == timing
 
 
 def test_plot_draws_each_rounds_range():

@@ -65,7 +65,7 @@ def _run_ranks(average_gradient: Callable[..., object], grads: list, world: int)
     return {"stuck": error is not None, "calls": ranks.calls, "grads": grads}
 
 
-@exercise("ddp-average-hook", "average a gradient across ranks")
+@exercise("ddp-average-hook", "Average a gradient across ranks")
 def check_average_gradient(average_gradient: Callable[..., object]) -> None:
     """``average_gradient(grad, all_reduce, world_size)`` leaves the mean over ranks in ``grad``."""
     for world in (2, 3):
@@ -108,7 +108,7 @@ BUCKET_CASES = [
 ]
 
 
-@exercise("ddp-buckets", "fill the buckets")
+@exercise("ddp-buckets", "Fill the buckets")
 def check_buckets(assign: Callable[[list[int], int], list[list[int]]]) -> None:
     """``assign(sizes_in_bytes, cap_bytes)`` groups parameter indices like our DDP does."""
     for sizes, cap in BUCKET_CASES:

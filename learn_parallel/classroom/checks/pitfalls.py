@@ -45,7 +45,8 @@ def _replaced(fn) -> dict:
     """Run the answer where it lives and describe the network it returned, as data."""
     source = machine().source
     torch.manual_seed(0)
-    block = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8))
+    # The inner BatchNorm keeps no running statistics: its running_mean is None.
+    block = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8, track_running_stats=False))
     net = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), block, nn.Linear(8, 2))
     net = fn(net.to(source)).train()
     left = [n for n, m in net.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]

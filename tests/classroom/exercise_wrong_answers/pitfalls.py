@@ -44,7 +44,17 @@ def replace_batchnorm(module):
     for name, child in module.named_children():
         if isinstance(child, nn.modules.batchnorm._BatchNorm):
             n = child.num_features
-            setattr(module, name, nn.GroupNorm(n, n).to(child.running_mean.device))
+            setattr(module, name, nn.GroupNorm(n, n).to(child.weight.device))
+        else:
+            replace_batchnorm(child)
+    return module
+""",
+        "takes the device from running_mean, None without running statistics": """
+def replace_batchnorm(module):
+    for name, child in module.named_children():
+        if isinstance(child, nn.modules.batchnorm._BatchNorm):
+            device = child.running_mean.device
+            setattr(module, name, nn.GroupNorm(1, child.num_features).to(device))
         else:
             replace_batchnorm(child)
     return module
