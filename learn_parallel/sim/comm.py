@@ -87,14 +87,15 @@ def broadcast_coalesced(
 
     ``devices[0]`` gets the very tensors it was given; every other device gets
     detached pieces of one flat copy per chunk (contiguous, their own version
-    counters), which is why replicas' parameters are views into one buffer.
+    counters), which is why replicas' parameters share one buffer's storage.
     """
     if not (any_sim(tensors) or (_sim_is_accelerator() and not _any_cuda(tensors))):
         return ORIGINALS["broadcast_coalesced"](tensors, devices, buffer_size)
     # Below __torch_function__, where CUDA's C++ works: a lazy module's uninitialized
-    # parameters are copied as the empty tensors they are. They get here only with
-    # detach=True (no_grad), and torch's replicate then refuses the module ("Modules with
-    # uninitialized parameters"); with gradients, its Broadcast's view_as refuses them first.
+    # parameters are copied as the empty tensors they are. They get here with or without
+    # gradients: with them, autograd's view_as on Broadcast's outputs refuses them right after
+    # this copy; under no_grad, torch's replicate refuses the module ("Modules with
+    # uninitialized parameters").
     with torch._C.DisableTorchFunctionSubclass():
         return _broadcast_coalesced(tensors, devices, buffer_size)
 
