@@ -7,9 +7,15 @@ disagrees fails there instead of leaving the sentence wrong. Verdicts come from
 
 from __future__ import annotations
 
+import json
+import re
 import statistics
 
+from _book import BOOK
+
 from learn_parallel.lab.spread import compare
+
+LOGS = BOOK / "data" / "logs"
 
 WORKLOADS = ("mlp", "conv-cudnn-benchmark-off")  # the benchmark's two, cudnn.benchmark off
 DATA_PARALLELS = ("learn_parallel", "torch_dp")
@@ -473,16 +479,18 @@ def profiler_tax_slows_every_rung() -> bool:
     )
 
 
+def _earlier_profiler_taxes() -> list[dict]:
+    """The two earlier profiler-tax runs, kept as logs."""
+    paths = sorted((LOGS / "earlier").glob("profiler_tax-*.json"))
+    return [json.loads(path.read_text()) for path in paths]
+
+
 def profiler_tax_earlier_runs() -> bool:
     """The two earlier runs kept as logs: one with all eleven taxed medians higher and two
     verdicts slower; the other six higher, five lower, one verdict slower."""
-    import json
-
-    from _book import BOOK
-
     found = []
-    for path in sorted((BOOK / "data" / "logs" / "earlier").glob("profiler_tax-*.json")):
-        rungs = json.loads(path.read_text())["rungs"].values()
+    for run in _earlier_profiler_taxes():
+        rungs = run["rungs"].values()
         higher = sum(statistics.median(r["taxed"]) > statistics.median(r["clean"]) for r in rungs)
         lower = sum(statistics.median(r["taxed"]) < statistics.median(r["clean"]) for r in rungs)
         slower = [compare(r["taxed"], r["clean"]) for r in rungs].count("slower")
@@ -494,12 +502,7 @@ def profiler_tax_a_few_percent_in_two_runs_of_three() -> bool:
     """The shipped run and the two earlier ones: in two, every taxed median is above its clean
     one by under 10% of a step, the largest excess more than twice the smallest (uneven between
     rungs); in the third, some taxed medians are below."""
-    import json
-
-    from _book import BOOK
-
-    earlier = sorted((BOOK / "data" / "logs" / "earlier").glob("profiler_tax-*.json"))
-    runs = _each("profiler_tax.json") + [json.loads(path.read_text()) for path in earlier]
+    runs = _each("profiler_tax.json") + _earlier_profiler_taxes()
     excess = [
         sorted(statistics.median(r["taxed"]) / statistics.median(r["clean"]) - 1 for r in rungs)
         for rungs in (run["rungs"].values() for run in runs)
@@ -510,9 +513,7 @@ def profiler_tax_a_few_percent_in_two_runs_of_three() -> bool:
 
 def devices_chapter_ran_on_four_gpus() -> bool:
     """notebooks-4gpu.log: the devices chapter ran to its end (ok) on the four H200 GPUs."""
-    from _book import BOOK
-
-    log = (BOOK / "data" / "logs" / "checks-after-recording" / "notebooks-4gpu.log").read_text()
+    log = (LOGS / "checks-after-recording" / "notebooks-4gpu.log").read_text()
     _, found, rest = log.partition("\ndevices.ipynb: ok (")
     block = rest.split(".ipynb: ", 1)[0]  # the lines the chapter printed, up to the next one
     return bool(found) and "4 devices: cuda:0 (NVIDIA H200)" in block and "4 GPUs:" in block
@@ -520,11 +521,7 @@ def devices_chapter_ran_on_four_gpus() -> bool:
 
 def one_gpu_run_executed_every_chapter() -> bool:
     """notebooks-1gpu-fd11fe4.log: 17 chapters, each ok, beside one GPU."""
-    import re
-
-    from _book import BOOK
-
-    log = (BOOK / "data" / "logs" / "earlier" / "notebooks-1gpu-fd11fe4.log").read_text()
+    log = (LOGS / "earlier" / "notebooks-1gpu-fd11fe4.log").read_text()
     ran = re.findall(r"^(\S+\.ipynb): (\S+)", log, re.MULTILINE)
     return (
         len(ran) == 17
