@@ -7,7 +7,7 @@ backward (learn_parallel's functions); only how the forwards are run changes (`r
 says how, and what it records; the probes of one thread's first call and the profiles
 are in ``experiments/worker_probes.py``). Everything goes to
 ``DIR/persistent_workers.json`` (plus profiler tables as text), which the performance
-chapter reads (``book/data/record_gpu_runs.sh``, part ``workers``, runs it on 2 GPUs).
+chapter reads (``book/data/record_gpu_runs.sh``, part ``workers``, runs it on every GPU).
 On simulated devices it runs too (small models, no profile of CUDA calls), to check
 the code, not to measure anything about GPUs.
 """
@@ -68,11 +68,12 @@ def run(devices: Sequence[Device], steps: int, out: Path, profile: bool = True) 
     of `learn_parallel.lab.workloads`, with ``torch.backends.cudnn.benchmark`` off and on,
     it records the median step time and the median host time of the forwards (start of
     the first job to end of the last). Then, on the first device only, the first call of
-    one ResNet convolution and one MLP matmul in a brand-new thread vs the same call
-    again in a thread that has already run it. Last, ``torch.profiler`` profiles one
-    fresh-thread step and one persistent-thread step of ResNet-18 (benchmark off and on)
-    and stores, per step, how many times each CUDA runtime call and each GPU kernel
-    appears: what a fresh thread rebuilds shows up as calls and kernels only its step has.
+    one ResNet convolution, one MLP matmul and one whole ResNet-18 replica forward in a
+    brand-new thread vs the same call again in a thread that has already run it. Last,
+    ``torch.profiler`` profiles one fresh-thread step and one persistent-thread step of
+    ResNet-18 (benchmark off and on) and stores, per step, how many times each CUDA runtime
+    call and each GPU kernel appears: what a fresh thread rebuilds shows up as calls and
+    kernels only its step has.
     """
     table = workloads_for(devices)
     report: dict[str, Any] = {
@@ -111,7 +112,10 @@ def run(devices: Sequence[Device], steps: int, out: Path, profile: bool = True) 
             finally:
                 persistent.close()
     torch.backends.cudnn.benchmark = False
-    report["first_call"] = first_call_probes(devices[0])
+    resnet = table["resnet18"]
+    report["first_call"] = first_call_probes(
+        devices[0], resnet, resnet.resolved().batch // len(devices)
+    )
     for what, r in report["first_call"].items():
         first = statistics.median(r["first_call_in_new_thread_ms"])
         again = statistics.median(r["second_call_same_thread_ms"])

@@ -1,6 +1,6 @@
 """Our DDP beside torch's under torchrun, on this host's GPU counts: ``torchrun.json``.
 
-    python -m experiments.torchrun_times --out DIR [--counts 1,2,4] [--repeats 3]
+    python -m experiments.torchrun_times --out DIR [--counts 1,2,4] [--repeats 5]
 
 The distributed chapter's section "On a cluster" shows its table. For every GPU count, in
 ``--repeats`` interleaved rounds, it runs `launch.torchrun_command` (one node) once with our
@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = driver_parser("experiments.torchrun_times", __doc__, RECORD_FILE)
     parser.add_argument("--counts", help="GPU counts, e.g. 1,2,4 (default: 1, 2, 4, ... all)")
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds per count")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds per count")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds per torchrun job")
     parser.add_argument("--quick", action="store_true", help="a small model (CPU, trials)")

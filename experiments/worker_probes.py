@@ -79,8 +79,9 @@ def first_call_ms(call: Callable[[], Any], device: Device, repeats: int = 3) -> 
     }
 
 
-def first_call_probes(device: Device) -> dict[str, Any]:
-    """One ResNet-18 stem convolution and one MLP matmul, on ``device``."""
+def first_call_probes(device: Device, resnet: Workload, rows: int) -> dict[str, Any]:
+    """One ResNet-18 stem convolution, one MLP matmul and one whole forward of ``resnet``'s
+    model on ``rows`` rows (one replica's share: every convolution shape), on ``device``."""
     dev = device.torch_device
     # The ResNet-18 stem on one replica's half batch; small on simulated devices.
     rows, size, width = (256, 128, 2048) if device.type == "cuda" else (4, 32, 256)
@@ -95,6 +96,19 @@ def first_call_probes(device: Device) -> dict[str, Any]:
                 lambda: conv(image), device
             )
     result[f"matmul {width} x {width}"] = first_call_ms(lambda: a @ b, device)
+    model = build_model(resnet).to(dev)
+    x, _ = make_batch(resnet, rows, dev)
+
+    def forward() -> None:  # grad mode is per thread: a new thread starts with it on
+        with torch.no_grad():
+            model(x)
+
+    for benchmark in (False, True):
+        torch.backends.cudnn.benchmark = benchmark
+        on = "on" if benchmark else "off"
+        result[f"{resnet.resolved().model} forward, {rows} rows, cudnn.benchmark {on}"] = (
+            first_call_ms(forward, device)
+        )
     torch.backends.cudnn.benchmark = False
     return result
 

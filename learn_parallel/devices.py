@@ -178,15 +178,18 @@ def resolve_devices(
     return devices
 
 
+def _forms(kind: str, allow_cpu: bool) -> str:
+    """The id forms this machine accepts ('sim:N' where devices are simulated, 'cpu' only where
+    the host is allowed: an output device), built only for an error: ids parse every step."""
+    return f"an int, '{kind}:N'{', ' + repr('cpu') if allow_cpu else ''} or a torch.device"
+
+
 def _parse(device: DeviceLike, kind: str, count: int, allow_cpu: bool = False) -> Device:
     """One id as a `Device` of this machine's ``kind`` (``count`` of them), or a clear error."""
-    # The forms this machine accepts: 'sim:N' where devices are simulated, 'cpu' only
-    # where the host is allowed (an output device).
-    cpu = ", 'cpu'" if allow_cpu else ""
-    forms = f"an int, '{kind}:N'{cpu} or a torch.device"
     if isinstance(device, bool) or not isinstance(device, int | str | torch.device):
         raise TypeError(
-            f"Expected a device id ({forms}), got {device!r} of type {type(device).__name__}."
+            f"Expected a device id ({_forms(kind, allow_cpu)}), got {device!r} of type "
+            f"{type(device).__name__}."
         )
     if isinstance(device, int):
         parsed = Device("cpu") if device == -1 and allow_cpu else Device(kind, device)
@@ -200,7 +203,7 @@ def _parse(device: DeviceLike, kind: str, count: int, allow_cpu: bool = False) -
             else:  # a bare "cuda" means the current device, as in PyTorch; "sim" is sim:0
                 parsed = Device(name, torch.cuda.current_device() if name == "cuda" else 0)
         else:
-            raise ValueError(f"Unknown device {str(device)!r}; use {forms}.")
+            raise ValueError(f"Unknown device {str(device)!r}; use {_forms(kind, allow_cpu)}.")
     if parsed.type == "cpu":
         if allow_cpu:
             return parsed

@@ -108,16 +108,19 @@ def _remade(rung: Rung, workload: Workload, devices: list) -> Callable[[], Any]:
 
 def replicate_host_ms(workload: Workload, count: int, repeats: int = 20) -> dict[str, float]:
     """Median host time of one replicate call per strategy, until it returns (`HOST_RETURNED`:
-    no synchronize inside the timing; every device synchronized between calls)."""
+    no synchronize inside the timing; every device synchronized between calls). "clone, no
+    edges" is the clone strategy without its autograd edges: its copies alone."""
     trace.refuse_after_profiler("Timing replicate")
     devices = resolve_devices(list(range(count)))
     model = build_model(workload).to(devices[0].torch_device)
     result = {}
-    for name, strategy in (("broadcast", replicate), ("clone", clone_replicate)):
+    no_edges = partial(clone_replicate, detach=True)
+    strategies = (("broadcast", replicate), ("clone", clone_replicate))
+    for name, strategy in (*strategies, ("clone, no edges", no_edges)):
         times = []
         for _ in range(repeats + 2):
             start = time.perf_counter()
-            replicas = strategy(model, devices, False)
+            replicas = strategy(model, devices)
             times.append((time.perf_counter() - start) * 1e3)
             del replicas
             synchronize(devices)

@@ -113,8 +113,9 @@ def replicate_copy(devices: Sequence[DeviceLike] | None = None, width: int = 102
         {"copy": times},
         describe_hardware(devs).label(),
         note="Replica 0 keeps the originals; broadcast_coalesced still packs them into a few flat "
-        "buffers (each closed once it reaches 10 MiB, so it may hold more), on simulated devices "
-        "too, sent by NCCL on CUDA builds, even to the source alone.",
+        "buffers, on simulated devices too (on CUDA a buffer closes once it reaches 10 MiB, so it "
+        "may hold more; the simulator closes one before it would pass 10 MiB), sent by NCCL on "
+        "CUDA builds, even to the source alone.",
     )
 
 

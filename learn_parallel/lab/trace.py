@@ -66,8 +66,9 @@ def refuse_after_profiler(what: str) -> None:
     running = getattr(autograd_profiler, "_is_profiler_enabled", False)
     if _profiled and not running and not _measuring_the_tax:
         raise ProfiledProcessError(
-            f"{what} refused: torch.profiler has already run in this process, and CUPTI stays "
-            "loaded after it and taxes later CUDA calls unevenly. Time first and profile after "
+            f"{what} refused: this lab's profiler (learn_parallel.lab.trace.profiler) has already "
+            "run in this process, and CUPTI can stay loaded after it and tax later CUDA calls "
+            "unevenly. Time first and profile after "
             "every timed round (learn_parallel.lab.kernels.ProfiledPass), or profile in a "
             "process of its own (learn_parallel.lab.processes.run_ranks)."
         )

@@ -10,14 +10,13 @@ says why).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import torch
 
-from learn_parallel.devices import Device
+from learn_parallel.devices import Device, warn_at_user
 from learn_parallel.ladder.kept_replicas import KeptReplicas
 from learn_parallel.phases import phase
 
@@ -215,13 +214,12 @@ class StepGraphs:
                     graphs.append((backward, step))
         except Exception as error:  # noqa: BLE001 - any refusal falls back to eager steps
             self.refused = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
-            warnings.warn(
+            warn_at_user(
                 f"ReplicatedStep(cuda_graphs=True): capturing the step on {device} was refused "
                 f"({self.refused}); every step runs eagerly from now on (a failed capture can "
                 f"leave CUDA's random number generator in capture mode: with dropout, start a "
                 f"new process).",
                 RuntimeWarning,
-                stacklevel=4,
             )
             return False
         self.graphs, self.inputs = graphs, inputs

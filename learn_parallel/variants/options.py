@@ -50,8 +50,8 @@ def check_on_device(value: Any, device: Device, path: str, fix: str) -> None:
         return
     if isinstance(value, PackedSequence):  # its batch_sizes live on the CPU by design
         for name in ("data", "sorted_indices", "unsorted_indices"):
-            if getattr(value, name) is not None:
-                check_on_device(getattr(value, name), device, f"{path}.{name}", fix)
+            if (tensor := getattr(value, name)) is not None:
+                check_on_device(tensor, device, f"{path}.{name}", fix)
         return
     for suffix, member in nested.members(value) or []:
         check_on_device(member, device, path + suffix, fix)

@@ -46,9 +46,7 @@ def move_to_device(value: Any, device: Device) -> Any:
     # A custom batch type (even a dataclass) knows best how to move itself; so does a
     # PackedSequence, a namedtuple whose batch_sizes must stay on the CPU.
     is_container = isinstance(value, tuple | list | dict | type)
-    if isinstance(value, PackedSequence):
-        return value.to(device.torch_device, non_blocking=True)
-    if isinstance(value, torch.Tensor) or (
+    if isinstance(value, torch.Tensor | PackedSequence) or (
         not is_container and callable(getattr(value, "to", None))
     ):
         return value.to(device.torch_device, non_blocking=True)
