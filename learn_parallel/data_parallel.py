@@ -92,7 +92,7 @@ class DataParallel(nn.Module):
         # subclass written for torch overrides them unchanged.
         with record_function("learn_parallel.DataParallel.forward"):
             if len(self.devices) == 1:  # on several, replicate checks before it copies
-                check_on_source_device(self.module, self.src_device)
+                check_on_source_device(self.module, self.src_device, copies=False)
             with phase("scatter"):
                 inputs, kwargs = self.scatter(inputs, kwargs, self.device_ids)
             if not inputs and not kwargs:

@@ -28,7 +28,7 @@ ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
 def check_on_source_device(
-    module: nn.Module, source: Device, found: ModuleTensors | None = None
+    module: nn.Module, source: Device, found: ModuleTensors | None = None, copies: bool = True
 ) -> None:
     """Raise unless every parameter and buffer of ``module`` is on ``source``.
 
@@ -37,12 +37,14 @@ def check_on_source_device(
     ``broadcast_coalesced`` checks placement first). This message names it.
     Every wrapper makes this check once per forward: itself on one device,
     through `replicate` on several, which passes the tensors it has ``found``
-    already so that a step walks the module once. Lazy parameters are refused.
+    already so that a step walks the module once. Lazy parameters are refused where
+    replicas will be copied (``copies``); on one device the module's own first call
+    initializes them, as in torch.
     """
     found = module_tensors(module) if found is None else found
     named = [("parameter", t) for t in found.params] + [("buffer", t) for t in found.buffers]
     for _, tensor in named:
-        if is_lazy(tensor):
+        if copies and is_lazy(tensor):
             raise RuntimeError(
                 f"Cannot replicate a module with uninitialized (lazy) parameter "
                 f"'{found.names[id(tensor)]}'. Run one forward pass on a small batch first "

@@ -119,7 +119,7 @@ class TupleParallel(DataParallel):
                     batch,
                     device,
                     f"TupleParallel(transfer=False): batches[{i}]",
-                    f"Batch i must already sit on device_ids[{i}]: move it there "
+                    f"Batch {i} must already sit on device_ids[{i}]: move it there "
                     f"(.to('{device.torch_device}')), or leave transfer=True so that "
                     f"TupleParallel moves it.",
                 )

@@ -110,6 +110,16 @@ def test_lazy_modules_are_refused():
         lp.replicate(nn.LazyLinear(2), [0, 1])
 
 
+def test_a_lazy_module_on_one_device_initializes_in_its_first_call_as_in_torch():
+    x = torch.ones(2, 4, device=SIM[0])
+    wrappers = (lp.DataParallel, torch.nn.DataParallel)
+    ours, theirs = (w(nn.LazyLinear(3).to(SIM[0]), device_ids=[0]) for w in wrappers)
+    assert ours(x).shape == theirs(x).shape == (2, 3)
+    assert ours.module.weight.shape == (3, 4)
+    with pytest.raises(RuntimeError, match=r"uninitialized \(lazy\) parameter 'weight'"):
+        lp.DataParallel(nn.LazyLinear(3).to(SIM[0]), device_ids=[0, 1])(x)  # copies: refused
+
+
 def test_module_must_be_on_the_first_device():
     net = nn.Linear(2, 2).to("meta")
     with pytest.raises(
