@@ -149,7 +149,7 @@ def data_parallel(
     devices = resolve_devices(device_ids)
     output = resolve_devices(devices[0] if output_device is None else output_device, output=True)
     if len(devices) == 1:  # on several, replicate checks before it copies
-        check_on_source_device(module, devices[0])
+        check_on_source_device(module, devices[0], copies=False)
     inputs, module_kwargs = scatter_kwargs(inputs, module_kwargs, devices, dim)
     if not inputs and not module_kwargs:
         inputs, module_kwargs = ((),), ({},)

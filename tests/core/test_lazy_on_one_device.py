@@ -1,6 +1,6 @@
-"""A lazy module on one device: torch's DataParallel calls it, and its first call initialises
-it; this package's forward check refuses it, although one device makes no replica (the
-DataParallel chapter lists the difference).
+"""A lazy module on one device: one device makes no replica, so every wrapper calls the module
+itself, and its first call initialises it, as torch's DataParallel does. On two devices a
+lazy module is refused before any replica is made.
 """
 
 import pytest
@@ -25,15 +25,28 @@ def test_torchs_data_parallel_on_one_device_initialises_a_lazy_module():
 
 
 WRAPPERS = {
-    "DataParallel": lambda m, x: lp.DataParallel(m, device_ids=[0])(x),
-    "data_parallel": lambda m, x: lp.data_parallel(m, x, device_ids=[0]),
-    "TupleParallel": lambda m, x: TupleParallel(m, device_ids=[0])(x),
-    "OptionsDataParallel": lambda m, x: OptionsDataParallel(m, device_ids=[0])(x),
+    "DataParallel": lambda m, x, ids: lp.DataParallel(m, device_ids=ids)(x),
+    "data_parallel": lambda m, x, ids: lp.data_parallel(m, x, device_ids=ids),
+    # TupleParallel takes one batch per device, each already on its device
+    "TupleParallel": lambda m, x, ids: TupleParallel(m, device_ids=ids)(
+        tuple(part.to(SIM[k]) for k, part in enumerate(x.chunk(len(ids))))
+    ),
+    "OptionsDataParallel": lambda m, x, ids: OptionsDataParallel(m, device_ids=ids)(x),
 }
 
 
 @pytest.mark.parametrize("wrapper", WRAPPERS)
-def test_this_packages_forward_check_refuses_a_lazy_module_on_one_device(wrapper):
+def test_a_lazy_module_on_one_device_initialises_in_its_first_call(wrapper):
+    module, x = _lazy_and_batch()
+    out = WRAPPERS[wrapper](module, x, [0])
+    out = out[0] if isinstance(out, tuple | list) else out
+    assert module.weight.shape == (3, 5) and out.shape == (2, 3)
+    torch.testing.assert_close(out, module(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+def test_a_lazy_module_on_two_devices_is_refused_before_any_replica(wrapper):
     module, x = _lazy_and_batch()
     with pytest.raises(RuntimeError, match=r"Cannot replicate .* uninitialized \(lazy\)"):
-        WRAPPERS[wrapper](module, x)
+        WRAPPERS[wrapper](module, x, [0, 1])
+    assert isinstance(module.weight, nn.parameter.UninitializedParameter)
