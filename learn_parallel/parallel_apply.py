@@ -91,8 +91,8 @@ def _bind(module: nn.Module, args: Any, kwargs: dict[str, Any], device: Device) 
     Grad mode, inference mode, autocast (on or off, and its dtype), the current
     stream and saved-tensor hooks are per thread in PyTorch: read here, in the
     caller's thread, and entered again in the worker's. The hooks are read with
-    ``torch._C._autograd._top_saved_tensors_default_hooks``, which torch has from
-    2.8 on; an older torch lacks it, and there no hooks are carried (a warning says so once).
+    ``torch._C._autograd._top_saved_tensors_default_hooks(False)``, as torch 2.11 and 2.13
+    have it; a torch without it carries no hooks (a warning says so once).
     """
     args = args if isinstance(args, list | tuple) else (args,)
     kind = device.torch_device.type

@@ -240,7 +240,7 @@ def _grade(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     limits = Limits(args.memory, Limits.processes, args.notebook_timeout)
     if args.sandbox in ("auto", "bwrap") and os.geteuid() == 0:
         print(
-            "note: run as root, the sandbox gets no process limit (the kernel exempts "
+            "note: run as root, the sandbox's process limit may not hold (some kernels exempt "
             "root from RLIMIT_NPROC): grade as an ordinary user",
             file=sys.stderr,
         )

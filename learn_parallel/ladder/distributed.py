@@ -116,10 +116,10 @@ class DistributedDataParallel(nn.Module):
 
     @contextmanager
     def no_sync(self) -> Iterator[None]:
-        """Forward and backward inside this block only accumulate local gradients.
+        """A forward run inside this block makes its backward only accumulate locally.
 
-        The first backward outside it all-reduces the sum of everything
-        accumulated, so k small batches then cost one all-reduce, not k.
+        Where the forward ran decides: the backward of the first forward run outside it
+        all-reduces everything accumulated, so k small batches cost one all-reduce, not k.
         """
         previous, self.require_sync = self.require_sync, False
         try:

@@ -49,7 +49,9 @@ def _counts(steps: dict) -> list[int]:
 
 def ddp_beats_both_and_keeps_scaling() -> bool:
     """DDP beats both DataParallels at every count above one; from each count to the next,
-    DDP's step shrinks and both DataParallels' grow, on both workloads."""
+    DDP's step shrinks on both workloads; both DataParallels' grow on ResNet-18, and on the MLP
+    torch's grows while learn_parallel's is a tie."""
+    grew = {}
     for group in WORKLOADS:
         steps, counts = _steps(group), _counts(_steps(group))
         for n in counts:
@@ -60,11 +62,11 @@ def ddp_beats_both_and_keeps_scaling() -> bool:
         for before, n in zip(counts, counts[1:]):
             if compare(steps["ddp", n], steps["ddp", before], "middle") != "faster":
                 return False
-            if any(
-                compare(steps[i, n], steps[i, before], "middle") != "slower" for i in DATA_PARALLELS
-            ):
-                return False
-    return bool(counts)
+            for i in DATA_PARALLELS:
+                grew[group, i, n] = compare(steps[i, n], steps[i, before], "middle")
+    expected = {("conv-cudnn-benchmark-off", i, 4): "slower" for i in DATA_PARALLELS}
+    expected |= {("mlp", "torch_dp", 4): "slower", ("mlp", "learn_parallel", 4): "tie"}
+    return grew == expected
 
 
 def replicated_step_keeps_shrinking() -> bool:
@@ -89,19 +91,18 @@ def learn_parallel_beats_torch_on_resnet() -> bool:
 
 def only_torch_dp_loses_to_one_gpu() -> bool:
     """Every wrapper beats one GPU at every count above one, except torch's DataParallel,
-    which loses on ResNet-18 at every count (and only there)."""
-    checked, losers = 0, set()
+    which loses on ResNet-18 at every count and ties on the MLP at four GPUs (only there)."""
+    checked, others = 0, {}
     for group in WORKLOADS:
         steps = _steps(group)
         for impl, n in [key for key in steps if key[1] > 1]:
             verdict = compare(steps[impl, n], steps["single", 1], "middle")
             checked += 1
-            if verdict == "slower":
-                losers.add((group, impl, n))
-            elif verdict != "faster":
-                return False
-    expected = {("conv-cudnn-benchmark-off", "torch_dp", n) for n in (2, 4)}
-    return checked > 0 and losers == expected
+            if verdict != "faster":
+                others[group, impl, n] = verdict
+    expected = {("conv-cudnn-benchmark-off", "torch_dp", n): "slower" for n in (2, 4)}
+    expected[("mlp", "torch_dp", 4)] = "tie"
+    return checked > 0 and others == expected
 
 
 def cudnn_benchmark_multiplies_only_torch() -> bool:
@@ -146,8 +147,9 @@ def _workers() -> dict[tuple[str, bool, str], list[float]]:
 
 def fresh_threads_cost_most_on_resnet_with_benchmark() -> bool:
     """Fresh threads are slower than persistent ones for every workload and setting, by the
-    largest factor on ResNet-18 with cudnn.benchmark on; only that setting's convolution is
-    above the first-call threshold."""
+    largest factor on ResNet-18 with cudnn.benchmark on; of the one-convolution probes only
+    that setting's is above the first-call threshold, both whole-forward probes are, and each
+    probe's first-call extra is larger with the setting on."""
     runs = _workers()
     cases = sorted({(w, b) for w, b, _ in runs})
     factor = {}
@@ -163,9 +165,22 @@ def fresh_threads_cost_most_on_resnet_with_benchmark() -> bool:
         if statistics.median(r["first_call_in_new_thread_ms"])
         > 2 * statistics.median(r["second_call_same_thread_ms"]) + 0.5
     }
-    return max(factor, key=factor.get) == ("resnet18", True) and costly == {
-        "conv, cudnn.benchmark on"
-    }
+    forwards = {w for w in workers["first_call"] if w.startswith("resnet18 forward")}
+
+    def extra(what: str) -> float:
+        r = workers["first_call"][what]
+        first = statistics.median(r["first_call_in_new_thread_ms"])
+        return first - statistics.median(r["second_call_same_thread_ms"])
+
+    pairs = [("conv, cudnn.benchmark on", "conv, cudnn.benchmark off")]
+    pairs += [(w, w.replace(" on", " off")) for w in forwards if w.endswith(" on")]
+    return (
+        max(factor, key=factor.get) == ("resnet18", True)
+        and costly == {"conv, cudnn.benchmark on"} | forwards
+        and len(forwards) == 2
+        and all(extra(on) > extra(off) for on, off in pairs)
+        and extra("conv, cudnn.benchmark off") > 0
+    )
 
 
 def fresh_threads_pay_host_time_in_the_convolution() -> bool:
@@ -207,10 +222,61 @@ def _probe_shares(setting: str) -> list[float]:
 
 def probe_accounts_for_under_half_with_benchmark_off() -> bool:
     """With cudnn.benchmark off, the probe summed over the shapes is under half of both
-    extras; with it on, above both, and within twice them (of their order)."""
+    extras; with it on, below both and over half of them (of their order)."""
     return all(s < 0.5 for s in _probe_shares("off")) and all(
-        1 < s < 2 for s in _probe_shares("on")
+        0.5 < s < 1 for s in _probe_shares("on")
     )
+
+
+def _forward_probe_shares(setting: str) -> list[float]:
+    """A whole ResNet-18 forward's first-call extra in a new thread (medians) over the fresh
+    threads' extras: per replica thread in the profile's convolution row, and in the forwards'
+    host time (the two that `_probe_shares` divides by)."""
+    (workers,) = _each("persistent_workers.json")
+    first_call = workers["first_call"]
+    (what,) = [w for w in first_call if re.fullmatch(f"resnet18 forward.* {setting}", w)]
+
+    def extra(key: str) -> float:
+        first = statistics.median(first_call[key]["first_call_in_new_thread_ms"])
+        return first - statistics.median(first_call[key]["second_call_same_thread_ms"])
+
+    # _probe_shares gives conv1's extra x the shapes over each total: recover the totals.
+    summed = extra(f"conv, cudnn.benchmark {setting}") * RESNET18_CONV_SHAPES
+    return [extra(what) / (summed / share) for share in _probe_shares(setting)]
+
+
+def whole_forward_probe_accounts_for_most_with_benchmark_off() -> bool:
+    """With cudnn.benchmark off, a whole forward's first-call extra is over half of both
+    fresh-thread extras and under all of them; the profile's extra CPU time in the convolution
+    per replica thread is over half of the forwards' extra host time."""
+    per_thread_share, forwards_share = _probe_shares("off")
+    in_conv = forwards_share / per_thread_share  # per-thread conv extra over forwards' extra
+    return all(0.5 < s < 1 for s in _forward_probe_shares("off")) and in_conv > 0.5
+
+
+def whole_forward_probe_under_half_with_benchmark_on() -> bool:
+    """With cudnn.benchmark on, a whole forward's first-call extra, timed alone, is under half
+    of both fresh-thread extras (so under the profile's per replica thread: each fresh thread
+    spent longer in its convolutions than a lone one's whole first forward takes), and under
+    conv1's extra summed over the shapes."""
+    whole, conv1 = _forward_probe_shares("on"), _probe_shares("on")
+    return all(s < 0.5 for s in whole) and all(w < c for w, c in zip(whole, conv1))
+
+
+def whole_forward_pays_more_than_the_probe_sum() -> bool:
+    """With cudnn.benchmark off: the conv1 probe summed over the shapes is under half of both
+    fresh-thread extras, and a whole ResNet-18 forward's first-call extra in a new thread
+    (medians) is above that sum."""
+    (workers,) = _each("persistent_workers.json")
+
+    def extra(what: str) -> float:
+        probe = workers["first_call"][what]
+        first = statistics.median(probe["first_call_in_new_thread_ms"])
+        return first - statistics.median(probe["second_call_same_thread_ms"])
+
+    (whole,) = [w for w in workers["first_call"] if re.fullmatch(r"resnet18 forward.* off", w)]
+    summed = extra("conv, cudnn.benchmark off") * RESNET18_CONV_SHAPES
+    return all(s < 0.5 for s in _probe_shares("off")) and extra(whole) > summed
 
 
 def caller_thread_slower_on_resnet() -> bool:
@@ -222,10 +288,10 @@ def caller_thread_slower_on_resnet() -> bool:
     return compare(caller, kept, "middle") == "slower"
 
 
-def control_ran_where_the_forward_is_not_launch_bound() -> bool:
-    """At persistent_workers.json's GPU count the benchmark's learn_parallel forward bar on
-    cuda:0 holds GPU work of over half of it (medians of the timeline's steps); at the largest
-    count, of under half."""
+def control_ran_where_the_forward_is_launch_bound() -> bool:
+    """persistent_workers.json ran on the benchmark's largest GPU count, where its
+    learn_parallel forward bar on cuda:0 holds GPU work of under half of it (medians of the
+    timeline's steps)."""
     (workers,) = _each("persistent_workers.json")
     recorded, group = _recorded(), "conv-cudnn-benchmark-off"
     most = max(r["devices"] for r in recorded.bench_results(group))
@@ -236,8 +302,33 @@ def control_ran_where_the_forward_is_not_launch_bound() -> bool:
         work = statistics.median(r.gpu_ms for r in bars)
         return work / statistics.median(r.duration_ms for r in bars)
 
-    n = workers["hardware"]["device_count"]
-    return n < most and share(n) > 0.5 > share(most)
+    return workers["hardware"]["device_count"] == most and share(most) < 0.5
+
+
+def timeline_check_lag_tells_the_host_ran_ahead() -> bool:
+    """timeline_check.json, per workload, medians over the steps after the first (as the
+    performance chapter's cell): the GPU rows' lag behind the host row is within 2% of the
+    measured step synchronized and over a tenth of it unsynchronized; the gap after the GPUs'
+    step before is within 2% of it in both modes; the synchronized span is within a tenth of
+    the step, the unsynchronized one over a tenth above it on the MLP only."""
+    (check,) = _each("timeline_check.json")
+    longer = set()
+    for kind, r in check["workloads"].items():
+        step = r["measured_median_ms"]
+        for mode in ("synchronized", "unsynchronized"):
+            spans = [x for x in r[mode]["step_spans"][1:] if "device_lag" in x]
+            lag = sorted(x["device_lag"] for x in spans)[len(spans) // 2]
+            gap = sorted(x["first_device_start"] - x["previous_device_end"] for x in spans)
+            ratio = r[mode]["median_span_ms"] / step
+            if abs(gap[len(gap) // 2]) > 0.02 * step:
+                return False
+            if mode == "synchronized" and (abs(lag) > 0.02 * step or abs(ratio - 1) > 0.1):
+                return False
+            if mode == "unsynchronized" and lag < 0.1 * step:
+                return False
+            if mode == "unsynchronized" and ratio > 1.1:
+                longer.add(kind)
+    return longer == {"mlp"} and len(check["workloads"]) == 2
 
 
 def matmul_first_call_above_its_repeat() -> bool:
@@ -349,9 +440,10 @@ def _replicate_chunks() -> list[int]:
 
 
 def nccl_calls_set_the_replicate_bars() -> bool:
-    """floors.json and chapters.json (replicate_copy): NCCL's 1 KiB broadcast is over half its
-    broadcast at each chunk's size, and every bar to another GPU is nearer (by over half) the
-    chunks' NCCL times summed than its link floor."""
+    """floors.json and chapters.json (replicate_copy): NCCL's 1 KiB broadcast takes over a third
+    as long as its broadcast of the larger chunk (not half: "a large part", not most) and over
+    half as long as that of the smaller, and every bar to another GPU is nearer (by over half)
+    the chunks' NCCL times summed than its link floor."""
     from learn_parallel.lab import floors
 
     recorded = _recorded()
@@ -363,14 +455,17 @@ def nccl_calls_set_the_replicate_bars() -> bool:
     bars = list(enumerate(copy.series["copy"]))[1:]
     floor = [size / (found.copy_gb_s(0, k) * 1e9) * 1e3 for k, _ in bars]
     nearer = all(abs(ms - sum(calls)) < abs(ms - f) / 2 for (_, ms), f in zip(bars, floor))
-    return len(calls) == 2 and all(tiny / t > 0.5 for t in calls) and nearer
+    if len(calls) != 2:
+        return False
+    shares = 1 / 3 < tiny / max(calls) < 0.5 and tiny / min(calls) > 0.5
+    return shares and nearer
 
 
 def broadcast_coalesced_is_two_nccl_calls() -> bool:
     """floors.json (the chapters' machine): a broadcast's floor (the bytes once at the first
     GPU's fastest link) is a third of the copies' (n - 1 = 3 copies at the links' harmonic
     mean); NCCL's flat broadcast of the bytes takes about twice that floor and its 1 KiB
-    broadcast about half as long; NCCL's times at the two chunks' sizes sum to most of
+    broadcast about a third as long; NCCL's times at the two chunks' sizes sum to most of
     broadcast_coalesced's median, not more."""
     from learn_parallel.lab import floors
 
@@ -387,7 +482,7 @@ def broadcast_coalesced_is_two_nccl_calls() -> bool:
         n == 4
         and 0.3 < once / copies < 0.37
         and 1.7 < flat / (once / 1e9 * 1e3) < 2.4
-        and 0.4 < found.collective_ms("broadcast", 1024) / flat < 0.6
+        and 0.28 < found.collective_ms("broadcast", 1024) / flat < 0.4
         and 0.5 < calls / took <= 1
     )
 
@@ -467,15 +562,18 @@ def tuple_parallel_ties() -> bool:
 
 
 def profiler_tax_slows_every_rung() -> bool:
-    """Every taxed median above its clean one; six of eleven verdicts slower, the rest ties."""
+    """Five rounds a rung; every taxed median above its clean one; one of eleven verdicts
+    slower, the other ten ties."""
     (tax,) = _each("profiler_tax.json")
     rungs = tax["rungs"].values()
+    five = all(len(r["taxed"]) == len(r["clean"]) == 5 for r in rungs)
     higher = all(statistics.median(r["taxed"]) > statistics.median(r["clean"]) for r in rungs)
     verdicts = [compare(r["taxed"], r["clean"]) for r in rungs]
     return (
-        higher
+        five
+        and higher
         and len(verdicts) == 11
-        and verdicts.count("slower") == 6 == 11 - verdicts.count("tie")
+        and verdicts.count("slower") == 1 == 11 - verdicts.count("tie")
     )
 
 
@@ -498,17 +596,24 @@ def profiler_tax_earlier_runs() -> bool:
     return sorted(found) == [(6, 5, 1), (11, 0, 2)]
 
 
-def profiler_tax_a_few_percent_in_two_runs_of_three() -> bool:
+def profiler_tax_up_to_a_tenth_in_two_runs_of_three() -> bool:
     """The shipped run and the two earlier ones: in two, every taxed median is above its clean
-    one by under 10% of a step, the largest excess more than twice the smallest (uneven between
-    rungs); in the third, some taxed medians are below."""
+    one, the smallest excess under 1% of a step in each and the largest 9-11% (about a tenth),
+    more than twice the smallest (uneven between rungs); in the third, some taxed medians are
+    below; and the shipped run's five rounds find one rung of eleven slower."""
     runs = _each("profiler_tax.json") + _earlier_profiler_taxes()
     excess = [
         sorted(statistics.median(r["taxed"]) / statistics.median(r["clean"]) - 1 for r in rungs)
         for rungs in (run["rungs"].values() for run in runs)
     ]
-    seen = [e for e in excess if 2 * e[0] < e[-1] < 0.1 and e[0] > 0]
-    return len(runs) == 3 and len(seen) == 2 and sum(e[0] < 0 for e in excess) == 1
+    seen = [e for e in excess if 0 < e[0] < 0.01 and 2 * e[0] < e[-1]]
+    return (
+        len(runs) == 3
+        and len(seen) == 2
+        and 0.09 < max(e[-1] for e in seen) < 0.11
+        and sum(e[0] < 0 for e in excess) == 1
+        and profiler_tax_slows_every_rung()
+    )
 
 
 def devices_chapter_ran_on_four_gpus() -> bool:
@@ -547,12 +652,35 @@ def scatter_copies_above_twice_their_floor() -> bool:
     return len(ratios) == 6 and min(ratios) > 2
 
 
-def matmul_runs_disagree_on_the_fastest_gpu() -> bool:
-    """chapters.json and its repeat, matmul: the fastest GPU differs, the slowest is cuda:0."""
+def matmul_runs_disagree_on_the_fastest_and_the_slowest_gpu() -> bool:
+    """chapters.json and its repeat, matmul: the fastest GPU differs, and so does the slowest;
+    cuda:0 is the fastest in the first run and the slowest in the second."""
+    ranked = _ranked("matmul", "matmul")
+    return ranked[0][0] == ranked[1][-1] == "cuda:0" and ranked[0][-1] != ranked[1][-1]
+
+
+def _ranked(key: str, series: str) -> list[list[str]]:
+    """chapters.json and its repeat: per run, the GPUs of measurement ``key``, fastest first."""
     recorded = _recorded()
-    runs = [r["matmul"] for r in (recorded.measurements, recorded.repeat)]
-    ranked = [[d for _, d in sorted(zip(run.series["matmul"], run.x))] for run in runs]
-    return ranked[0][0] != ranked[1][0] and ranked[0][-1] == ranked[1][-1] == "cuda:0"
+    runs = [r[key] for r in (recorded.measurements, recorded.repeat)]
+    return [[d for _, d in sorted(zip(run.series[series], run.x))] for run in runs]
+
+
+def replica_forward_runs_disagree_on_the_slowest_gpu() -> bool:
+    """chapters.json and its repeat, replica_forward: the slowest GPU differs between the runs."""
+    ranked = _ranked("replica_forward", "forward")
+    return ranked[0][-1] != ranked[1][-1]
+
+
+def source_check_repeat_within_a_tenth() -> bool:
+    """chapters.json and its repeat, source_check: run 2 within 10% of run 1 at every size."""
+    recorded = _recorded()
+    first, second = (
+        r["source_check"].series["check"] for r in (recorded.measurements, recorded.repeat)
+    )
+    return len(first) == len(second) == 5 and all(
+        abs(b / a - 1) < 0.1 for a, b in zip(first, second)
+    )
 
 
 def replicate_alone_below_the_steps_bar() -> bool:
@@ -570,8 +698,7 @@ def replicate_alone_below_the_steps_bar() -> bool:
 
 def step_graphs_verdicts() -> bool:
     """step_graphs against ddp_graphs, the one-thread reference and eager DDP, per machine and
-    workload: ties (or beats) DDP in a graph, ties the reference but on the 4-GPU MLP (slower
-    there), beats eager DDP but on the 4-GPU MLP (a tie there)."""
+    workload: ties DDP in a graph and the reference, beats eager DDP, on every one of them."""
     from learn_parallel.lab.bridges import verdict
 
     found = {}
@@ -583,9 +710,4 @@ def step_graphs_verdicts() -> bool:
                 verdict(rows["step_graphs"], rows[o])
                 for o in ("ddp_graphs", "one_thread_reference", "ddp")
             )
-    return found == {
-        (2, "conv"): ("tie", "tie", "faster"),
-        (2, "mlp"): ("faster", "tie", "faster"),
-        (4, "conv"): ("tie", "tie", "faster"),
-        (4, "mlp"): ("tie", "slower", "tie"),
-    }
+    return len(found) > 1 and set(found.values()) == {("tie", "tie", "faster")}

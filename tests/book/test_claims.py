@@ -80,14 +80,15 @@ CLAIMS: list[Claim] = [
         "performance",
         "**DDP is faster than both DataParallels** at every GPU count above one, on both "
         "workloads,\n  and its step keeps shrinking as GPUs are added, while neither "
-        "DataParallel's step shrinks\n  beyond two GPUs (both grow, on both workloads)",
+        "DataParallel's step shrinks\n  beyond two GPUs (both grow on ResNet-18; on the MLP "
+        "torch's grows and learn_parallel's is a\n  tie with its two-GPU step)",
         findings.ddp_beats_both_and_keeps_scaling,
         BENCH,
     ),
     Claim(
         "performance",
         "From two GPUs to four, DDP's step shrank and neither\n  DataParallel's did (\"itself on "
-        '2": both grew, on both workloads)',
+        "2\": both grew on ResNet-18; on the MLP torch's grew and\n  learn_parallel's was a tie)",
         findings.ddp_beats_both_and_keeps_scaling,
         BENCH,
     ),
@@ -111,7 +112,8 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "performance",
-        "except torch's DataParallel, slower than one GPU on\n  ResNet-18 at every count:",
+        "except torch's DataParallel, slower than one GPU on\n  ResNet-18 at every count and a "
+        "tie with it on the MLP at four GPUs:",
         findings.only_torch_dp_loses_to_one_gpu,
         BENCH,
     ),
@@ -156,9 +158,8 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "ladder",
-        "In the recordings above, `step_graphs` ties DDP in a graph or beats it (the 2-GPU "
-        "MLP); it\nties the one-thread reference everywhere but on the 4-GPU MLP, where it is a "
-        "hair slower",
+        "In the recordings above, `step_graphs` ties DDP in a graph and the one-thread "
+        "reference on\nevery machine and workload, and it is faster than eager DDP on every one",
         findings.step_graphs_verdicts,
         "ladder.json of every machine",
     ),
@@ -177,8 +178,9 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "devices",
-        "finds every\nrung's steps slower after a profiler than in a clean process, six of the "
-        "eleven by more than the\nrounds' spread",
+        "five rounds a\nrung, the number a verdict needs) finds every rung's median step slower "
+        "after a profiler than\nin a clean process, but only one of the eleven by more than the "
+        "rounds' spread",
         findings.profiler_tax_slows_every_rung,
         "profiler_tax.json",
     ),
@@ -191,8 +193,10 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "devices",
-        "a cost of a few percent of a step, seen in two runs of three\nand uneven between rungs",
-        findings.profiler_tax_a_few_percent_in_two_runs_of_three,
+        "a cost that every rung's median showed in two runs of\nthree, from under a hundredth "
+        "to about a tenth of a step, uneven between rungs, and beyond\nthe spread of five "
+        "rounds in one rung of eleven",
+        findings.profiler_tax_up_to_a_tenth_in_two_runs_of_three,
         "profiler_tax.json; book/data/logs/earlier/profiler_tax-*.json",
     ),
     Claim(
@@ -203,15 +207,29 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "devices",
-        "disagree on the fastest GPU and agree on\nthe slowest, cuda:0",
-        findings.matmul_runs_disagree_on_the_fastest_gpu,
+        "disagree on the fastest GPU and on the\nslowest: cuda:0, the GPU the loop times first, "
+        "is the fastest in the first run and the slowest\nin the second",
+        findings.matmul_runs_disagree_on_the_fastest_and_the_slowest_gpu,
         "chapters.json and chapters-repeat.json: matmul",
+    ),
+    Claim(
+        "intro",
+        "the two runs order the GPUs differently (the GPU slowest in one run is not the slowest "
+        "in the\nother)",
+        findings.replica_forward_runs_disagree_on_the_slowest_gpu,
+        "chapters.json and chapters-repeat.json: replica_forward",
     ),
     Claim(
         "scatter",
         "Each bar is more than twice its floor",
         findings.scatter_copies_above_twice_their_floor,
         "chapters.json and chapters-repeat.json: scatter_copy; floors.json",
+    ),
+    Claim(
+        "source_device",
+        "the second run, printed below, is within a tenth of the first at every\nsize",
+        findings.source_check_repeat_within_a_tenth,
+        "chapters.json and chapters-repeat.json: source_check",
     ),
     Claim(
         "intro",
@@ -228,8 +246,9 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "performance",
-        "where the benchmark's forward bar is mostly GPU work",
-        findings.control_ran_where_the_forward_is_not_launch_bound,
+        "That many GPUs is the benchmark's\nlargest count, where the benchmark's forward bar is "
+        "mostly waiting",
+        findings.control_ran_where_the_forward_is_launch_bound,
         WORKERS + " and " + BENCH + ": its learn_parallel timelines",
     ),
     Claim(
@@ -261,6 +280,15 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "performance",
+        "the setting whose first calls in a new thread\ncost the most (the convolution's and the "
+        "whole forward's lines). With it off, the convolution's\nfirst call still costs more "
+        "than later ones, below the threshold, while a whole forward's first\ncall, which meets "
+        "every convolution shape, is above it",
+        findings.fresh_threads_cost_most_on_resnet_with_benchmark,
+        WORKERS + ": runs and first_call",
+    ),
+    Claim(
+        "performance",
         "the same convolution\ncalls, with the same GPU time when `cudnn.benchmark` is off, "
         "cost many times the host time\nwhen they are made from fresh threads",
         findings.fresh_threads_pay_host_time_in_the_convolution,
@@ -268,16 +296,23 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "performance",
-        "With\n  `cudnn.benchmark` on, building that cache again fits the cost measured below; "
-        "with it off\n  (this bullet's runs), the one-shape probe below accounts for less than "
-        "half of the new\n  threads' extra host time",
-        findings.probe_accounts_for_under_half_with_benchmark_off,
+        "with it off (this bullet's runs), a whole forward's first call in a new\n  thread, "
+        "timed alone, accounts for more than half of the new threads' extra host time but not\n"
+        "  all, the profile finds most of that time inside the convolution calls",
+        findings.whole_forward_probe_accounts_for_most_with_benchmark_off,
         WORKERS + ": first_call, profile and runs",
     ),
     Claim(
         "performance",
+        "`cudnn.benchmark` on, each new thread searches again for every shape's plan, as often "
+        "as the\n  profile below counts",
+        findings.benchmark_searches_fit_the_synchronizations,
+        WORKERS + ": its profile",
+    ),
+    Claim(
+        "performance",
         "With `cudnn.benchmark` on, the probe's cost times the shapes is of the order of the "
-        "fresh\nthreads' extra time (above it",
+        "fresh\nthreads' extra time (below it)",
         findings.probe_accounts_for_under_half_with_benchmark_off,
         WORKERS + ": first_call, profile and runs",
     ),
@@ -288,16 +323,49 @@ CLAIMS: list[Claim] = [
         WORKERS + ": first_call, profile and runs",
     ),
     Claim(
+        "performance",
+        "and the whole forward's first call for more\nthan half of it but not all: a thread alone "
+        "pays most of the cost in its first forward, and\nthe profile finds it inside the "
+        "convolution calls",
+        findings.whole_forward_probe_accounts_for_most_with_benchmark_off,
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "performance",
+        "The\nwhole forward, timed alone in one new thread, costs less than half of either extra "
+        "and less\nthan `conv1`'s sum: `conv1` costs more than the average shape, and the fresh "
+        "threads, searching\nat the same time, spent longer per thread in their convolutions "
+        "than a lone thread's whole\nfirst forward takes",
+        findings.whole_forward_probe_under_half_with_benchmark_on,
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "performance",
+        'the lag printed after\n"begin", near zero in the synchronised steps and positive in '
+        "the unsynchronised ones, on both\nworkloads",
+        findings.timeline_check_lag_tells_the_host_ran_ahead,
+        "timeline_check.json",
+    ),
+    Claim(
+        "performance",
+        "the unsynchronised span is more than a tenth longer than the step on the MLP only. The "
+        "last\nnumber, how long after the GPUs finished the step before their rows begin, is "
+        "near zero in both\nmodes",
+        findings.timeline_check_lag_tells_the_host_ran_ahead,
+        "timeline_check.json",
+    ),
+    Claim(
         "ladder",
         "the performance chapter's one-shape probe, summed over the model's\nshapes, accounts "
-        "for less than half of the new threads' extra host time",
-        findings.probe_accounts_for_under_half_with_benchmark_off,
+        "for less than half of the new threads' extra host time; a whole ResNet-18\nforward, "
+        "probed the same way, pays more than that sum in its first call in a new thread",
+        findings.whole_forward_pays_more_than_the_probe_sum,
         WORKERS + ": first_call, profile and runs",
     ),
     Claim(
         "ladder",
         "by the performance chapter's probe less than half of the cost with `cudnn.benchmark` off",
-        findings.probe_accounts_for_under_half_with_benchmark_off,
+        findings.whole_forward_pays_more_than_the_probe_sum,
         WORKERS + ": first_call, profile and runs",
     ),
     Claim(
@@ -343,7 +411,7 @@ CLAIMS: list[Claim] = [
     Claim(
         "replicate",
         "NCCL itself takes about twice the floor to\nbroadcast one flat buffer of these bytes, and "
-        "a broadcast of 1 KiB, next to nothing to move,\ntakes about half as long as that",
+        "a broadcast of 1 KiB, next to nothing to move,\ntakes about a third as long as that",
         findings.broadcast_coalesced_is_two_nccl_calls,
         "floors.json: replicate_copies, collectives",
     ),
@@ -356,8 +424,10 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "replicate",
-        "At these sizes the cost every call pays, whatever it\nmoves, is most of an NCCL call's "
-        "time, and the bars lie far nearer the two calls' time than\nthe link floor",
+        "At these sizes the cost every call pays, whatever it\nmoves, is a large part of an NCCL "
+        "call's time (the 1 KiB broadcast takes over a third as long\nas the larger chunk's and "
+        "over half as long as the smaller's), and the bars lie far nearer the\ntwo calls' time "
+        "than the link floor",
         findings.nccl_calls_set_the_replicate_bars,
         "chapters.json: replicate_copy; floors.json: collectives",
     ),
@@ -373,6 +443,35 @@ CLAIMS: list[Claim] = [
         "count, and gave the same outputs",
         findings.scattered_chain_faster_and_same,
         "chain_bench.json",
+    ),
+    Claim(
+        "options",
+        "that\ntrip can cost almost as much as the whole step without it",
+        # The regathered chain's extra time is 75-100 % of the scattered chain's step.
+        lambda: (
+            bool(_recorded().chain_bench)
+            and all(
+                0.75 <= r["regathered_median_ms"] / r["scattered_median_ms"] - 1 < 1
+                for r in _recorded().chain_bench["results"]
+            )
+        ),
+        "chain_bench.json",
+    ),
+    Claim(
+        "glossary",
+        "With `benchmark` on, a search for every\nconvolution shape in every new thread, each "
+        "search followed by torch emptying its cache of CUDA\nmemory, fits the extra time it "
+        "measures for torch's DataParallel",
+        # The performance chapter's probe x shapes, over the fresh threads' extra time.
+        lambda: all(0.5 < s < 2 for s in findings._probe_shares("on")),
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "glossary",
+        "that chapter's one-shape probe, summed over ResNet-18's convolution shapes, accounts\n"
+        "for less than half of the new threads' extra host time",
+        lambda: all(s < 0.5 for s in findings._probe_shares("off")),
+        WORKERS + ": first_call, profile and runs",
     ),
     Claim(
         "tuple_parallel",

@@ -1,6 +1,8 @@
 """The README's first example runs as pasted, in a fresh interpreter; its nbconvert line
-executes a notebook without ipykernel's warning about plain TCP; CI runs its commands."""
+executes a notebook without ipykernel's warning about plain TCP; CI runs its commands; the
+commit it names for the GPU recordings is theirs."""
 
+import json
 import os
 import re
 import shlex
@@ -11,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 from _book import ROOT
+
+from learn_parallel.lab import provenance
 
 
 def first_python_block() -> str:
@@ -95,3 +99,13 @@ def test_execute_chapters_starts_its_kernels_without_the_tcp_warning(tmp_path):
     assert UNENCRYPTED not in done.stderr
     executed = nbformat.read(notebook, as_version=4)
     assert executed.cells[0].outputs[0]["data"]["text/plain"] == "42"
+
+
+def test_the_readme_names_the_one_commit_of_every_gpu_recording():
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Measured on GPUs") :]
+    named = re.search(r"from one commit\s+\(`(\w+)`\)", section).group(1)
+    gpu = [p for p in provenance.recordings() if p.parent.name != "cpu"]
+    assert gpu, "no GPU recordings ship with the package"
+    commits = {json.loads(p.read_text()).get("commit", "")[:7] for p in gpu}
+    assert commits == {named}, f"the README names {named}; the GPU recordings: {commits}"

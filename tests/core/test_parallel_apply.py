@@ -120,6 +120,25 @@ def test_replica_exceptions_are_reraised_with_type_replica_device_and_traceback(
     assert len(lp.parallel_apply([FailsOn(-1)] * 4, inputs, None, [0, 1, 2, 3])) == 4
 
 
+class KeepsALocal(nn.Module):
+    def forward(self, x):
+        activation = x * 2  # noqa: F841 (a local the failure must not keep alive)
+        raise ValueError("replica failed")
+
+
+def test_the_replicas_frames_keep_their_lines_but_not_their_variables():
+    with pytest.raises(ValueError, match="replica failed") as caught:
+        lp.parallel_apply([KeepsALocal()] * 2, [(torch.ones(1),)] * 2, None, [0, 1])
+    tb = caught.value.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    assert tb.tb_frame.f_code.co_name == "forward"  # down to the replica's own frame
+    assert tb.tb_frame.f_locals == {}  # cleared: no activation is held by the exception
+    assert 'raise ValueError("replica failed")' in "".join(traceback.format_exception(caught.value))
+    names = [f.name for f in traceback.extract_tb(caught.value.__traceback__)]
+    assert "execute" not in names  # the worker's own frame is left out
+
+
 def test_lowest_failing_replica_wins_and_odd_exception_types_still_report():
     class NeedsTwoArgs(Exception):
         def __init__(self, a, b):

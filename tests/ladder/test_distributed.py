@@ -179,3 +179,21 @@ def test_a_failing_rank_does_not_hang_the_others():
     with pytest.raises(RankFailed, match=r"rank 1 failed(.|\n)*KeyError: 'rank 1 broke'"):
         run_ranks(_fails_on_rank_1, 2, timeout_s=60, group_timeout_s=30, threads=1)
     assert time.monotonic() - start < 45
+
+
+def test_where_the_forward_ran_decides_whether_its_backward_all_reduces(one_process_group):
+    """As in torch: `forward` fixes whether the backward after it synchronises, not no_sync's
+    state when that backward runs."""
+    ddp = DistributedDataParallel(tiny_model(0), bucket_cap_mb=0.001)
+    launched = []
+    launch = ddp._launch
+    ddp._launch = lambda bucket: (launched.append(bucket.index), launch(bucket))
+    x = torch.randn(5, 8, dtype=torch.float64)
+    with ddp.no_sync():
+        out = ddp(x)
+    out.sum().backward()  # forward inside, backward outside: nothing is all-reduced
+    assert launched == []
+    out = ddp(x)
+    with ddp.no_sync():
+        out.sum().backward()  # forward outside, backward inside: every bucket is all-reduced
+    assert sorted(launched) == sorted(b.index for b in ddp.buckets) and len(launched) > 1
