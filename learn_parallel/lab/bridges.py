@@ -223,7 +223,9 @@ def ladder_table(report: dict[str, Any]) -> str:
 def phase_lines(report: dict[str, Any], kind: str, rung: str, below: str) -> list[str]:
     """Per phase, the mean bar per step and device of ``below`` and of ``rung``: the median of
     the rounds (their range) and `verdict`'s rule on the two ranges; then, where the first
-    round's timelines carry it, the GPU work inside those bars. None without rounds."""
+    round's timelines carry it, the GPU work inside those bars. None without rounds. A phase
+    whose bars all stay under 0.1 ms is printed in µs with two decimals, so that ranges the
+    verdict tells apart print apart."""
     rows = {r["rung"]: r for r in report["rows"] if r["workload"] == kind}
     rounds = [rows[name].get("phase_ms") or [] for name in (below, rung)]
     if not all(rounds):
@@ -234,10 +236,13 @@ def phase_lines(report: dict[str, Any], kind: str, rung: str, below: str) -> lis
         was, now = ([by_phase.get(phase, 0.0) for by_phase in r] for r in rounds)
         a, b = Spread.of(was), Spread.of(now)
         said = verdict({"repeats": now}, {"repeats": was})
+        scale, unit = (1e3, "µs") if max(a.high, b.high) < 0.1 else (1.0, "ms")
+        a, b = (Spread.of([v * scale for v in values]) for values in (was, now))
         line = f"  {phase:20} {a.median:6.2f} ({a.low:.2f}-{a.high:.2f}) -> "
-        line += f"{b.median:6.2f} ({b.low:.2f}-{b.high:.2f}) ms, {said}"
+        line += f"{b.median:6.2f} ({b.low:.2f}-{b.high:.2f}) {unit}, {said}"
         if all(work):
-            line += f"; GPU work {work[0].get(phase, 0.0):.2f} -> {work[1].get(phase, 0.0):.2f}"
+            gpu = [scale * w.get(phase, 0.0) for w in work]
+            line += f"; GPU work {gpu[0]:.2f} -> {gpu[1]:.2f}"
             nccl = [
                 n for n in (below, rung) if FLOOR_NAMES.get(n, {}).get(phase, phase) in COLLECTIVES
             ]

@@ -121,7 +121,10 @@ short_tracebacks()  # error demonstrations end in their message, not in pages of
 
 def recorded_summary() -> str:
     """One line on the GPU runs the chapters show, and one per recording whose code changed."""
-    others = "recordings from other machines name their own hardware in their titles"
+    others = (
+        "recordings from other machines, or from a subset of this host's GPUs, name their own"
+        " hardware in their titles"
+    )
     lines = [f"recorded GPU runs: {RECORDED.hardware}, {RECORDED.date[:10]} ({others})"]
     for name in ("chapters.json", "chapters-repeat.json", "bench.json", "chain_bench.json"):
         record = records.read_json(name, RECORDED.machine)

@@ -9,6 +9,8 @@ per-rank means, which is the global mean's only when every rank has as many rows
 
 from __future__ import annotations
 
+import time
+import warnings
 from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import Any
@@ -17,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.parallel import DistributedDataParallel as TorchDDP
 
 from learn_parallel.lab.processes import rank_device
 from learn_parallel.ladder.collectives import ring_all_reduce
@@ -169,6 +172,63 @@ def errors_worker(rank: int, world: int) -> dict[str, str]:
     return messages
 
 
+def buffers_worker(rank: int, world: int) -> dict[str, float]:
+    """A buffer that holds each rank's number, read right after wrapping: ours with
+    ``broadcast_buffers=False``, and torch's with ``broadcast_buffers=False`` (deprecated in
+    2.13) and with ``forward_sync_buffers=False``, its new name for the forward broadcast."""
+    device = rank_device(dist.get_backend(), rank)
+    ids = [device.index] if device.type == "cuda" else None
+    wraps = {
+        "ours": lambda m: DistributedDataParallel(m, broadcast_buffers=False),
+        "torch broadcast_buffers=False": lambda m: TorchDDP(
+            m, device_ids=ids, broadcast_buffers=False
+        ),
+        "torch forward_sync_buffers=False": lambda m: TorchDDP(
+            m, device_ids=ids, forward_sync_buffers=False
+        ),
+    }
+    seen = {}
+    for name, wrap in wraps.items():
+        model = nn.Linear(2, 2).double().to(device)
+        model.register_buffer("mark", torch.tensor(float(rank), device=device))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # broadcast_buffers is deprecated
+            wrap(model)
+        seen[name] = model.mark.item()
+    return seen
+
+
+class Branch(nn.Module):
+    """``used``, after ``branch`` where ``take_branch``: a rank without it leaves two unused."""
+
+    def __init__(self, take_branch: bool) -> None:
+        super().__init__()
+        self.take_branch = take_branch
+        self.used, self.branch = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.used(self.branch(x) if self.take_branch else x)
+
+
+def teardown_worker(rank: int, world: int) -> dict[str, Any]:
+    """Only rank 0 takes the branch. The others raise our `_finish` error, catch it and tear
+    their group down, as `processes._entry` does before the error ends the process; every
+    rank returns what its backward raised and how many seconds it took. Run it last: the
+    group is gone afterwards."""
+    device = rank_device(dist.get_backend(), rank)
+    ddp = DistributedDataParallel(Branch(take_branch=rank == 0).double().to(device))
+    x = torch.randn(2, 4, dtype=torch.float64, device=device)
+    dist.barrier()
+    started = time.perf_counter()
+    try:
+        ddp(x).sum().backward()
+        return {"error": "", "seconds": time.perf_counter() - started}
+    except RuntimeError as error:
+        if rank != 0:
+            dist.destroy_process_group()
+        return {"error": str(error), "seconds": time.perf_counter() - started}
+
+
 def suite_worker(rank: int, world: int, tasks: Sequence[tuple[str, dict]]) -> dict[str, Any]:
     """Several of the workers above in one process start (starting processes is slow)."""
     workers = {
@@ -176,6 +236,8 @@ def suite_worker(rank: int, world: int, tasks: Sequence[tuple[str, dict]]) -> di
         "no_sync": no_sync_worker,
         "ring": ring_worker,
         "errors": errors_worker,
+        "buffers": buffers_worker,
+        "teardown": teardown_worker,
     }
     return {
         f"{name}:{i}": workers[name](rank, world, **kwargs)

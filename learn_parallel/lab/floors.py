@@ -231,11 +231,11 @@ def bound(floor: Floor, bar: float, gpu: float | None) -> str:
             f"above its floor ({bar / floor.ms:.1f} x): its GPU work, NCCL kernel time, counts"
             " waiting for the other GPUs' kernels, so it cannot tell waits from transfer"
         )
+    if (ratio := gpu / max(floor.ms, 1e-9)) <= NEAR:  # work at about the floor's rate, then waits
+        return f"GPU work near its floor ({ratio:.1f} x); the bar's other {bar - gpu:.3f} ms: waits"
     why = "it holds memory-bound kernels too, which no floor covers" if floor.flops else ""
-    return (
-        f"bounded by its own GPU work, {gpu / max(floor.ms, 1e-9):.1f} x the floor set by"
-        f" {HOW[floor.phase]}: {why or 'that work runs below the measured rate'}"
-    )
+    why = why or "that work runs below the measured rate"
+    return f"bounded by its own GPU work, {ratio:.1f} x the floor set by {HOW[floor.phase]}: {why}"
 
 
 def table(

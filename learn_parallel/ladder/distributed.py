@@ -49,7 +49,8 @@ class DistributedDataParallel(nn.Module):
     statistics) to every process at every forward. torch does so by default before the
     first forward and before each forward that follows one run with gradients outside
     ``no_sync`` (its flag ``require_forward_param_sync``); the distributed chapter shows
-    the difference.
+    the difference. Wrapping broadcasts rank 0's buffers whatever this flag says, where
+    torch's ``broadcast_buffers=False`` leaves them out of that first broadcast too.
     Not supported: modules spread over several devices, and parameters that
     get no gradient in a step (torch's ``find_unused_parameters``).
     """

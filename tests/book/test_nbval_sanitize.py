@@ -32,3 +32,12 @@ def test_sanitizer_keeps_what_is_not_a_timing():
     assert sanitize("4 devices: sim:0") == "4 devices: sim:0"
     assert sanitize("ratio 1.35x") == "ratio 1.35x"  # not a timing: compared as is
     assert sanitize("5.23 ms") != sanitize("5.23 MB")
+
+
+def test_this_machines_bar_ratio_sanitizes_and_nothing_else_of_its_kind():
+    """The devices chapter's ratio of this machine's bars varies run to run; the GPUs' do not."""
+    assert sanitize("this machine, slowest / fastest: 1.03") == sanitize(
+        "this machine, slowest / fastest: 1.18"
+    )
+    gpus = "slowest / fastest GPU, within each run: 1.39, 1.05"
+    assert sanitize(gpus) == gpus

@@ -1,6 +1,7 @@
 """A lazy module on one device: one device makes no replica, so every wrapper calls the module
 itself, and its first call initialises it, as torch's DataParallel does. On two devices a
-lazy module is refused before any replica is made.
+lazy module is refused before any replica is made, and a lazy module that stays one after its
+first call (no ``cls_to_become``) is refused even then, by torch's wrapper and ours alike.
 """
 
 import pytest
@@ -50,3 +51,37 @@ def test_a_lazy_module_on_two_devices_is_refused_before_any_replica(wrapper):
     with pytest.raises(RuntimeError, match=r"Cannot replicate .* uninitialized \(lazy\)"):
         WRAPPERS[wrapper](module, x, [0, 1])
     assert isinstance(module.weight, nn.parameter.UninitializedParameter)
+
+
+class _Scale(nn.Module):
+    def forward(self, x):
+        return x * self.weight
+
+
+class _LazyScale(nn.modules.lazy.LazyModuleMixin, _Scale):  # cls_to_become stays None
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.parameter.UninitializedParameter()
+
+    def initialize_parameters(self, x):
+        with torch.no_grad():
+            self.weight.materialize(x.shape[-1:])
+            self.weight.fill_(2.0)
+
+
+class _BecomesScale(_LazyScale):
+    cls_to_become = _Scale
+
+
+@pytest.mark.parametrize("grad", [True, False])
+@pytest.mark.parametrize("wrapper", [lp.DataParallel, torch.nn.DataParallel])
+def test_a_lazy_module_that_stays_lazy_is_refused_even_once_initialised(wrapper, grad):
+    x = torch.ones(2, 5, device=SIM[0])
+    stays, becomes = _LazyScale().to(SIM[0]), _BecomesScale().to(SIM[0])
+    stays(x), becomes(x)  # both initialised by their first call
+    assert isinstance(stays, _LazyScale) and type(becomes) is _Scale
+    with torch.set_grad_enabled(grad):
+        with pytest.raises(RuntimeError, match="uninitialized parameters can't be used"):
+            wrapper(stays, device_ids=[0, 1])(x)
+        out = wrapper(becomes, device_ids=[0, 1])(x)
+    torch.testing.assert_close(out, 2 * x, rtol=0, atol=0)

@@ -221,6 +221,17 @@ def test_phase_lines_compare_each_phase_over_the_rounds():
     assert bridges.phase_lines(report, "mlp", "overlap_reduce", "kept_replicas") == []
 
 
+def test_phase_lines_print_phases_under_a_tenth_of_a_ms_in_us_apart():
+    """Bars whose ranges the verdict tells apart print apart: under 0.1 ms, in µs."""
+    below = _row("kept_replicas", [10.0, 10.5]) | {
+        "phase_ms": [{"optimizer": ms} for ms in (0.02286, 0.02299, 0.02315, 0.02318, 0.02335)]
+    }
+    rung = _row("overlap_reduce", [11.0, 11.5], below="kept_replicas")
+    rung |= {"phase_ms": [{"optimizer": ms} for ms in (0.02342, 0.0235, 0.02352, 0.0236, 0.0237)]}
+    (line,) = bridges.phase_lines({"rows": [below, rung]}, "mlp", "overlap_reduce", "kept_replicas")
+    assert line == "  optimizer             23.15 (22.86-23.35) ->  23.52 (23.42-23.70) µs, slower"
+
+
 def test_phase_lines_call_gpu_work_nccl_time_only_where_the_rungs_phase_runs_nccl():
     """The kept replicas' ``replicate`` is `KeptReplicas.refresh` (peer copies, no NCCL);
     `ReplicatedStep`'s ``broadcast buffers`` and the DataParallel rungs' ``replicate`` are NCCL."""

@@ -94,3 +94,23 @@ def test_the_chapters_read_the_machine_the_data_names(tmp_path, monkeypatch):
     recorded = measure.load_recorded()
     assert recorded.machine == "h100-x4" and recorded.source == str(tmp_path / "h100-x4")
     assert recorded.hardware == records.read_json("chapters.json")["hardware"].split(" (")[0]
+
+
+def test_the_plan_the_teaching_chapter_points_to_gives_a_verdict_its_rounds():
+    """The teaching chapter sends a re-recording to the data README's plan, and that plan
+    runs the profiler tax and torchrun for the rounds a verdict needs, torchrun at one count."""
+    from learn_parallel.lab.bridges import ENOUGH_ROUNDS
+
+    cells = json.loads((BOOK / "teaching.ipynb").read_text())["cells"]
+    guide = " ".join(" ".join("".join(c["source"]) for c in cells).split())
+    assert "`book/data/README.md` (*Recording again*)" in guide
+    readme = (BOOK / "data" / "README.md").read_text()
+    plan = readme[readme.index("## Recording again") :]
+    plan = plan[plan.index("```bash") : plan.index("```", plan.index("```bash") + 3)]
+    (rounds,) = re.findall(r'PROFILERTAX_ARGS="--rounds (\d+)"', plan)
+    assert int(rounds) >= ENOUGH_ROUNDS
+    (counts, repeats) = re.findall(r'TORCHRUN_ARGS="--counts (\d+) --repeats (\d+)"', plan)[0]
+    assert int(repeats) >= ENOUGH_ROUNDS and "," not in counts
+    # the guide names the same settings
+    assert f'PROFILERTAX_ARGS="--rounds {rounds}"' in guide
+    assert f'TORCHRUN_ARGS="--counts {counts}"' in guide

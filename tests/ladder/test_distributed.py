@@ -14,6 +14,7 @@ the per-rank mean losses, not of the global mean (the tests check both facts).
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -42,6 +43,8 @@ def _tasks(world: int) -> list[tuple[str, dict]]:
         ("ring", {"numel": world - 1}),  # fewer elements than ranks: an empty chunk
         ("no_sync", {}),
         ("errors", {}),
+        ("buffers", {}),
+        ("teardown", {}),  # last: it tears the group down
     ]
     return tasks
 
@@ -117,6 +120,30 @@ def test_refusals_name_the_problem_and_the_fix(ranks):
         assert "requires_grad_(False)" in messages["unused"]
         assert "must be None for a module on the CPU" in messages["device_ids"]
         assert "no parameter that requires a gradient" in messages["frozen"]
+
+
+def test_wrapping_broadcasts_buffers_even_where_torch_leaves_them_out(ranks):
+    """Ours sends rank 0's buffers at wrap time whatever `broadcast_buffers` says; torch's
+    deprecated `broadcast_buffers=False` keeps each rank's own, `forward_sync_buffers=False`
+    does not."""
+    _, results = ranks
+    for rank, result in enumerate(results):
+        seen = result["buffers:6"]
+        assert seen["ours"] == 0.0 and seen["torch forward_sync_buffers=False"] == 0.0
+        assert seen["torch broadcast_buffers=False"] == float(rank)
+
+
+def test_a_peer_that_tears_its_group_down_ends_the_wait_long_before_the_timeout(ranks):
+    """Only rank 0 uses the branch: the others raise, catch it and destroy their group, and
+    gloo fails rank 0's pending all-reduce then, not at the group's timeout."""
+    _, results = ranks
+    first, *others = (result["teardown:7"] for result in results)
+    assert re.search(r"Connection (closed|reset) by peer", first["error"]), first["error"]
+    assert first["seconds"] < RUN["group_timeout_s"] / 4
+    for other in others:
+        assert (
+            "got no gradient in this backward pass: branch.bias, branch.weight" in (other["error"])
+        )
 
 
 def test_without_a_process_group_the_error_says_what_to_call():

@@ -1,0 +1,192 @@
+"""The claims on the performance and ladder chapters on the benchmarks' recordings, each with
+its check in `_findings_speed` (or, for the ladder's timelines, here).
+"""
+
+from __future__ import annotations
+
+import _findings_speed as findings
+from _claim import BENCH, Claim
+
+
+def _ladders() -> dict:
+    from learn_parallel.lab import records
+
+    root = records.recorded_root()
+    found = {m.name: records.read_json("ladder.json", m.name) for m in root.iterdir()}
+    return {name: report for name, report in found.items() if report}
+
+
+def _step_graphs_all_reduce_is_after_backward() -> bool:
+    """In every step_graphs timeline, each device's all-reduce starts after its graph ends."""
+    from learn_parallel.lab.bridges import rung_timeline
+
+    seen = 0
+    for report in _ladders().values():
+        for kind in report["workloads"]:
+            timeline = rung_timeline(report, kind, "step_graphs")
+            for step in timeline.steps():
+                mine = [r for r in timeline.records if r.step == step and r.device != "host"]
+                for device in {r.device for r in mine}:
+                    graph = [
+                        r
+                        for r in mine
+                        if r.device == device and "graph" in r.phase and "optimizer" not in r.phase
+                    ]
+                    reduce = [r for r in mine if r.device == device and r.phase == "all-reduce"]
+                    if graph and reduce:
+                        seen += 1
+                        if min(r.start_ms for r in reduce) < max(r.end_ms for r in graph):
+                            return False
+    return seen > 0
+
+
+CLAIMS: list[Claim] = [
+    Claim(
+        "performance",
+        "**DDP is faster than both DataParallels** at every GPU count above one, on both "
+        "workloads,\n  and its step keeps shrinking as GPUs are added, while neither "
+        "DataParallel's step shrinks\n  beyond two GPUs (both grow on ResNet-18; on the MLP "
+        "torch's grows and learn_parallel's is a\n  tie with its two-GPU step)",
+        findings.ddp_beats_both_and_keeps_scaling,
+        BENCH,
+    ),
+    Claim(
+        "performance",
+        "From two GPUs to four, DDP's step shrank and neither\n  DataParallel's did (\"itself on "
+        "2\": both grew on ResNet-18; on the MLP torch's grew and\n  learn_parallel's was a tie)",
+        findings.ddp_beats_both_and_keeps_scaling,
+        BENCH,
+    ),
+    Claim(
+        "performance",
+        "its step shrinks with\n  every GPU added on both workloads",
+        findings.replicated_step_keeps_shrinking,
+        BENCH,
+    ),
+    Claim(
+        "performance",
+        "**learn_parallel beats torch's DataParallel on ResNet-18**",
+        findings.learn_parallel_beats_torch_on_resnet,
+        BENCH,
+    ),
+    Claim(
+        "performance",
+        "On ResNet-18 learn_parallel is the faster at\n  every GPU count above one",
+        findings.learn_parallel_beats_torch_on_resnet,
+        BENCH,
+    ),
+    Claim(
+        "performance",
+        "except torch's DataParallel, slower than one GPU on\n  ResNet-18 at every count above one "
+        "and a tie with it on the MLP at four GPUs:",
+        findings.only_torch_dp_loses_to_one_gpu,
+        BENCH,
+    ),
+    Claim(
+        "performance",
+        "**With `cudnn.benchmark` on, torch's DataParallel multiplies its step**",
+        findings.cudnn_benchmark_multiplies_only_torch,
+        BENCH,
+    ),
+    Claim(
+        "performance",
+        "learn_parallel's and DDP's median steps\n  stay within a factor of 1.1 of theirs with "
+        "the setting off, either way",
+        findings.cudnn_benchmark_multiplies_only_torch,
+        BENCH,
+    ),
+    Claim(
+        "performance",
+        "learn_parallel's, ReplicatedStep's and DDP's ratios stay within a factor of 1.1 "
+        "either way",
+        findings.cudnn_benchmark_multiplies_only_torch,
+        BENCH,
+    ),
+    Claim(
+        "performance",
+        "**At the most GPUs recorded, learn_parallel's forward is launch-bound**",
+        findings.launch_bound_at_most_gpus,
+        BENCH + ": its learn_parallel timelines",
+    ),
+    Claim(
+        "performance",
+        "At the most GPUs recorded it is\nnot even shorter than at the count before",
+        findings.launch_bound_at_most_gpus,
+        BENCH + ": its learn_parallel timelines",
+    ),
+    Claim(
+        "performance",
+        "The replicate call timed alone took less than the replicate bar of the benchmark's step "
+        "on\nas many GPUs",
+        findings.replicate_alone_below_the_steps_bar,
+        "clone.json and " + BENCH,
+    ),
+    Claim(
+        "ladder",
+        "In the recordings above, `step_graphs` ties DDP in a graph and the one-thread "
+        "reference on\nevery machine and workload, and it is faster than eager DDP on every one",
+        findings.step_graphs_verdicts,
+        "ladder.json of every machine",
+    ),
+    Claim(
+        "ladder",
+        "even where that share is largest (the\nlast line) DDP in a graph, which overlaps it, did "
+        "not beat `step_graphs`",
+        findings.step_graphs_verdicts,
+        "ladder.json of every machine",
+    ),
+    Claim(
+        "performance",
+        "it is a small part of every replicate bar",
+        findings.replicate_bars_mostly_waiting,
+        BENCH + ": the plotted timeline",
+    ),
+    Claim(
+        "performance",
+        'the lag printed after\n"begin", near zero in the synchronised steps and positive in '
+        "the unsynchronised ones, on both\nworkloads",
+        findings.timeline_check_lag_tells_the_host_ran_ahead,
+        "timeline_check.json",
+    ),
+    Claim(
+        "performance",
+        "the unsynchronised span is more than a tenth longer than the step on the MLP only. The "
+        "last\nnumber, how long after the GPUs finished the step before their rows begin, is "
+        "near zero in both\nmodes",
+        findings.timeline_check_lag_tells_the_host_ran_ahead,
+        "timeline_check.json",
+    ),
+    Claim(
+        "performance",
+        "With the recorder on, both workloads' steps are a tie with the bare ones",
+        findings.recorder_ties_bare_step,
+        "recorder_cost.json",
+    ),
+    Claim(
+        "performance",
+        "on both workloads the recorded step's\nmedian is the higher one and the recorded step "
+        "was the slower in most rounds",
+        findings.recorder_step_higher_in_most_rounds,
+        "recorder_cost.json",
+    ),
+    Claim(
+        "performance",
+        "learn_parallel's persistent workers are faster than torch's\n`parallel_apply` by more "
+        "than the change from one run to the next; against a plain new thread\nper replica they "
+        "are faster at two devices and at four too",
+        findings.persistent_workers_beat_new_threads,
+        "chapters.json and chapters-repeat.json: worker_overhead",
+    ),
+    Claim(
+        "performance",
+        "At one device\nlearn_parallel's is the slowest of the three in both runs",
+        findings.persistent_workers_slowest_on_one_device,
+        "chapters.json and chapters-repeat.json: worker_overhead",
+    ),
+    Claim(
+        "ladder",
+        "the all-reduce starts when the last device's backward graph ends",
+        lambda: _step_graphs_all_reduce_is_after_backward(),
+        "ladder.json of every recorded machine: step_graphs' timelines",
+    ),
+]

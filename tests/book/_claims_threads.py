@@ -1,0 +1,158 @@
+"""The claims on persistent_workers.json, from the performance, ladder and glossary
+chapters, each with its check in `_findings_threads`.
+"""
+
+from __future__ import annotations
+
+import _findings_threads as findings
+from _claim import BENCH, WORKERS, Claim
+
+CLAIMS: list[Claim] = [
+    Claim(
+        "performance",
+        "On ResNet-18 the caller's thread was slower than the persistent threads",
+        findings.caller_thread_slower_on_resnet,
+        WORKERS,
+    ),
+    Claim(
+        "performance",
+        "That many GPUs is the benchmark's\nlargest count, where the benchmark's forward bar is "
+        "mostly waiting",
+        findings.control_ran_where_the_forward_is_launch_bound,
+        WORKERS + " and " + BENCH + ": its learn_parallel timelines",
+    ),
+    Claim(
+        "performance",
+        "more than its repeat, below the threshold",
+        findings.matmul_first_call_above_its_repeat,
+        WORKERS + ": first_call",
+    ),
+    Claim(
+        "performance",
+        "its synchronizations fit\n  the trials (the cell below counts them against the "
+        "searches), and its `cudaFree` and\n  `cudaMalloc` calls, of which the persistent step "
+        "makes none",
+        findings.benchmark_searches_fit_the_synchronizations,
+        WORKERS + ": its profile",
+    ),
+    Claim(
+        "performance",
+        "each new thread\n  searches again for every forward convolution shape, timing up to\n"
+        "  `torch.backends.cudnn.benchmark_limit` candidate plans (10 by default)",
+        findings.benchmark_searches_fit_the_synchronizations,
+        WORKERS + ": its profile",
+    ),
+    Claim(
+        "performance",
+        "A fresh thread per replica made every workload's step slower than persistent threads",
+        findings.fresh_threads_cost_most_on_resnet_with_benchmark,
+        WORKERS,
+    ),
+    Claim(
+        "performance",
+        "the setting whose first calls in a new thread\ncost the most (the convolution's and the "
+        "whole forward's lines). With it off, the convolution's\nfirst call still costs more "
+        "than later ones, below the threshold, while a whole forward's first\ncall, which meets "
+        "every convolution shape, is above it",
+        findings.fresh_threads_cost_most_on_resnet_with_benchmark,
+        WORKERS + ": runs and first_call",
+    ),
+    Claim(
+        "performance",
+        "the same convolution\ncalls, with the same GPU time when `cudnn.benchmark` is off, "
+        "cost many times the host time\nwhen they are made from fresh threads",
+        findings.fresh_threads_pay_host_time_in_the_convolution,
+        WORKERS + ": its profile",
+    ),
+    Claim(
+        "performance",
+        "with it off (this bullet's runs), a whole forward's first call in a new\n  thread, "
+        "timed alone, accounts for more than half of the new threads' extra host time but not\n"
+        "  all, the profile finds most of that time inside the convolution calls",
+        findings.whole_forward_probe_accounts_for_most_with_benchmark_off,
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "performance",
+        "`cudnn.benchmark` on, each new thread searches again for every shape's plan, as often "
+        "as the\n  profile below counts",
+        findings.benchmark_searches_fit_the_synchronizations,
+        WORKERS + ": its profile",
+    ),
+    Claim(
+        "performance",
+        "With `cudnn.benchmark` on, the probe's cost times the shapes is of the order of the "
+        "fresh\nthreads' extra time (below it)",
+        findings.probe_accounts_for_under_half_with_benchmark_off,
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "performance",
+        "With it off, the same sum\naccounts for less than half of that extra time",
+        findings.probe_accounts_for_under_half_with_benchmark_off,
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "performance",
+        "and the whole forward's first call for more\nthan half of it but not all: a thread alone "
+        "pays most of the cost in its first forward, and\nthe profile finds it inside the "
+        "convolution calls",
+        findings.whole_forward_probe_accounts_for_most_with_benchmark_off,
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "performance",
+        "The\nwhole forward, timed alone in one new thread, costs less than half of either extra "
+        "and less\nthan `conv1`'s sum: `conv1` costs more than the average shape, and the fresh "
+        "threads, searching\nat the same time, spent longer per thread in their convolutions "
+        "than a lone thread's whole\nfirst forward takes",
+        findings.whole_forward_probe_under_half_with_benchmark_on,
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "ladder",
+        "the performance chapter's one-shape probe, summed over the model's\nshapes, accounts "
+        "for less than half of the new threads' extra host time; a whole ResNet-18\nforward, "
+        "probed the same way, pays more than that sum in its first call in a new thread",
+        findings.whole_forward_pays_more_than_the_probe_sum,
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "ladder",
+        "the performance chapter's profile puts nearly all of the fresh threads' extra host time "
+        "in the convolution operator's own code, where the plan is looked up and, in a new "
+        "thread, built; its probes of first calls in a new thread account for part of it, "
+        "`conv1` summed over the shapes for under half, a whole forward for more than half but "
+        "not all",
+        findings.convolution_own_time_holds_nearly_all_with_benchmark_off,
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "performance",
+        "with the setting off, nearly all of the forwards' extra\nhost time",
+        findings.convolution_own_time_holds_nearly_all_with_benchmark_off,
+        WORKERS + ": its profile and runs",
+    ),
+    Claim(
+        "performance",
+        "the fresh-thread step's extra `cudaFree` calls come to about one\nper search and GPU",
+        findings.frees_come_to_about_one_per_search_and_gpu,
+        WORKERS + ": its profile",
+    ),
+    Claim(
+        "glossary",
+        "With `benchmark` on, a search for every\nconvolution shape in every new thread, each "
+        "search followed by torch emptying its cache of CUDA\nmemory, fits the extra time it "
+        "measures for torch's DataParallel",
+        # The performance chapter's probe x shapes, over the fresh threads' extra time.
+        lambda: all(0.5 < s < 2 for s in findings._probe_shares("on")),
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "glossary",
+        "that chapter's one-shape probe, summed over ResNet-18's convolution shapes, accounts\n"
+        "for less than half of the new threads' extra host time",
+        lambda: all(s < 0.5 for s in findings._probe_shares("off")),
+        WORKERS + ": first_call, profile and runs",
+    ),
+]

@@ -1,0 +1,59 @@
+"""The claims on the variants' chapters (tuple_parallel, options, libtorch_replicate),
+each with its check in `_findings_variants`.
+"""
+
+from __future__ import annotations
+
+import _findings_variants as findings
+from _claim import Claim
+from _recorded_findings import _recorded
+
+CLAIMS: list[Claim] = [
+    Claim(
+        "options",
+        "keeping the feature map scattered was the faster chain at every device\n"
+        "count, and gave the same outputs",
+        findings.scattered_chain_faster_and_same,
+        "chain_bench.json",
+    ),
+    Claim(
+        "options",
+        "that\ntrip can cost almost as much as the whole step without it",
+        # The regathered chain's extra time is 75-100 % of the scattered chain's step.
+        lambda: (
+            bool(_recorded().chain_bench)
+            and all(
+                0.75 <= r["regathered_median_ms"] / r["scattered_median_ms"] - 1 < 1
+                for r in _recorded().chain_bench["results"]
+            )
+        ),
+        "chain_bench.json",
+    ),
+    Claim(
+        "tuple_parallel",
+        "TupleParallel's step is a tie with DataParallel's at one, two and four\ndevices (the "
+        "ranges of their round medians overlap), in the measurement run again right after\n"
+        "(`chapters-repeat.json`) too",
+        findings.tuple_parallel_ties,
+        "chapters.json and chapters-repeat.json: tuple_vs_data_parallel",
+    ),
+    Claim(
+        "libtorch_replicate",
+        "costs more host time per step than\n  filling shallow copies",
+        findings.clone_costs_more_host_time,
+        "clone.json: replicate_host_ms",
+    ),
+    Claim(
+        "libtorch_replicate",
+        "In the recording, clone's step is the slower one (the table's verdicts)",
+        findings.clone_step_slower,
+        "clone.json: the rows' rounds",
+    ),
+    Claim(
+        "libtorch_replicate",
+        "recording the host time of the step is not all of the step's difference, for either\n"
+        "workload",
+        findings.clone_step_not_all_host_time,
+        "clone.json: the rows' step_ms and host_ms",
+    ),
+]
