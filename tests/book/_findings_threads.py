@@ -84,9 +84,16 @@ def _probe_shares(setting: str) -> list[float]:
     probe = workers["first_call"][f"conv, cudnn.benchmark {setting}"]
     extra = statistics.median(probe["first_call_in_new_thread_ms"])
     extra -= statistics.median(probe["second_call_same_thread_ms"])
+    per_thread, forwards = _fresh_extras(workers, setting, "cpu_us")
+    return [extra * RESNET18_CONV_SHAPES / total for total in (per_thread, forwards)]
+
+
+def _fresh_extras(workers: dict, setting: str, field: str) -> tuple[float, float]:
+    """The fresh threads' extra over persistent ones, in ms: ``field`` of the profile's
+    aten::cudnn_convolution row per replica thread, and the ResNet-18 forwards' host time."""
     events = workers["profile"]["events"]
     fresh, kept = (
-        events[f"{k}, cudnn.benchmark {setting}"]["aten::cudnn_convolution"]["cpu_us"]
+        events[f"{k}, cudnn.benchmark {setting}"]["aten::cudnn_convolution"][field]
         for k in ("fresh threads", "persistent")
     )
     per_thread = (fresh - kept) / 1e3 / workers["hardware"]["device_count"]
@@ -94,7 +101,7 @@ def _probe_shares(setting: str) -> list[float]:
     on = setting == "on"
     forwards = runs["resnet18", on, "fresh threads"]["median_forwards_host_ms"]
     forwards -= runs["resnet18", on, "persistent threads"]["median_forwards_host_ms"]
-    return [extra * RESNET18_CONV_SHAPES / total for total in (per_thread, forwards)]
+    return per_thread, forwards
 
 
 def probe_accounts_for_under_half_with_benchmark_off() -> bool:
@@ -224,15 +231,7 @@ def convolution_own_time_holds_nearly_all_with_benchmark_off() -> bool:
     per replica thread, is over 90% of the forwards' extra host time (and not above it); conv1's
     probe summed over the shapes is under half of it, a whole forward's over half, under all."""
     (workers,) = _each("persistent_workers.json")
-    events = workers["profile"]["events"]
-    fresh, kept = (
-        events[f"{k}, cudnn.benchmark off"]["aten::cudnn_convolution"]["self_cpu_us"]
-        for k in ("fresh threads", "persistent")
-    )
-    per_thread = (fresh - kept) / 1e3 / workers["hardware"]["device_count"]
-    runs = {(r["workload"], r["cudnn_benchmark"], r["runner"]): r for r in workers["runs"]}
-    forwards = runs["resnet18", False, "fresh threads"]["median_forwards_host_ms"]
-    forwards -= runs["resnet18", False, "persistent threads"]["median_forwards_host_ms"]
+    per_thread, forwards = _fresh_extras(workers, "off", "self_cpu_us")
     return (
         0.9 < per_thread / forwards <= 1
         and _probe_shares("off")[1] < 0.5
