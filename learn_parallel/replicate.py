@@ -35,7 +35,7 @@ def check_on_source_device(
     Replicas are copied from the source device; a tensor anywhere else would make
     the copy fail at once with a message that names no tensor (torch's
     ``broadcast_coalesced`` checks placement first). This message names it.
-    Every wrapper makes this check once per forward: itself on one device,
+    DataParallel and its variants check once per forward: directly on one device,
     through `replicate` on several, which passes the tensors it has ``found``
     already so that a step walks the module once. Lazy parameters are refused where
     replicas will be copied (``copies``); on one device the module's own first call

@@ -4,8 +4,8 @@
 # Each run writes OUTDIR/<machine>/, named after the GPUs this process sees (h100-x4, or
 # h100-x2 under CUDA_VISIBLE_DEVICES=0,1), in the layout of learn_parallel/lab/recorded/
 # (copy its files there), and logs to OUTDIR/logs/<machine>/ (not shipped). Every JSON is
-# stamped (learn_parallel.lab.provenance): the commit (git's HEAD where this is the
-# package's own checkout, else COMMIT), the date, the machine as its hardware names itself,
+# stamped (learn_parallel.lab.provenance): the commit (COMMIT where it is set, else git's
+# HEAD where this is the package's own checkout), the date, the machine as its hardware names itself,
 # the versions, the hashes of the files it measured, and the parts of this script that ran
 # meanwhile on the host (OUTDIR/run-log.jsonl: runs of the script side by side on disjoint
 # GPUs share OUTDIR). Every part uses all the GPUs it sees. Parts (PARTS, default "tests"),

@@ -120,7 +120,7 @@ class DistributedDataParallel(nn.Module):
         """A forward run inside this block makes its backward only accumulate locally.
 
         Where the forward ran decides: the backward of the first forward run outside it
-        all-reduces everything accumulated, so k small batches cost one all-reduce, not k.
+        all-reduces everything accumulated, so k batches cost each bucket one all-reduce, not k.
         """
         previous, self.require_sync = self.require_sync, False
         try:

@@ -18,12 +18,13 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "options",
-        "that\ntrip can cost almost as much as the whole step without it",
-        # The regathered chain's extra time is 75-100 % of the scattered chain's step.
+        "that\ntrip can add about four fifths of the whole step without it",
+        # "About four fifths": the regathered chain's extra time is 75-87.5 % of the kept
+        # chain's median step, at every device count.
         lambda: (
             bool(_recorded().chain_bench)
             and all(
-                0.75 <= r["regathered_median_ms"] / r["scattered_median_ms"] - 1 < 1
+                0.75 <= r["regathered_median_ms"] / r["scattered_median_ms"] - 1 < 0.875
                 for r in _recorded().chain_bench["results"]
             )
         ),

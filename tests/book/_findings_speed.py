@@ -1,5 +1,6 @@
-"""The findings of the performance and ladder chapters on the benchmark's recordings:
-bench.json, timeline_check.json, recorder_cost.json, worker_overhead, clone.json, ladder.json.
+"""The findings of the performance and ladder chapters (and parallel_apply's tie check) on the
+benchmark's recordings: bench.json, timeline_check.json, recorder_cost.json, worker_overhead,
+clone.json, ladder.json.
 
 `_claims_speed.CLAIMS` ties each sentence to one of these; the ones on persistent_workers.json
 are in `_findings_threads`, the readers they share in `_recorded_findings`.
@@ -31,8 +32,8 @@ def _counts(steps: dict) -> list[int]:
 
 def ddp_beats_both_and_keeps_scaling() -> bool:
     """DDP beats both DataParallels at every count above one; from each count to the next,
-    DDP's step shrinks on both workloads; both DataParallels' grow on ResNet-18, and on the MLP
-    torch's grows while learn_parallel's is a tie."""
+    DDP's step shrinks on both workloads; in this one run both DataParallels' read slower on
+    ResNet-18, and on the MLP torch's reads slower while learn_parallel's is a tie."""
     grew = {}
     for group in WORKLOADS:
         steps, counts = _steps(group), _counts(_steps(group))
@@ -118,6 +119,28 @@ def launch_bound_at_most_gpus() -> bool:
     work = [statistics.median(r.gpu_ms for r in bars) for bars in (before, last)]
     bars = [[r.duration_ms for r in b] for b in (before, last)]
     return compare(bars[1], bars[0], "range") != "faster" and work[1] < 0.75 * work[0]
+
+
+def parallel_apply_starts_apart_beyond_the_tie() -> bool:
+    """Every GPU's mark minus the host's at a synchronised step's first phase in
+    timeline_check.json (steps after the first, as the parallel_apply chapter's cell) is under
+    a fifth of the smallest gap between two starts of the chapters' parallel_apply bars."""
+    (check,) = _each("timeline_check.json")
+    lags = []
+    for workload in check["workloads"].values():
+        records = workload["synchronized"]["timeline"]["records"]
+        for step in sorted({x["step"] for x in records})[1:]:
+            mine = [x for x in records if x["step"] == step]
+            host = min((x for x in mine if x["device"] == "host"), key=lambda x: x["start_ms"])
+            lags += [
+                x["start_ms"] - host["start_ms"]
+                for x in mine
+                if x["device"] != "host" and x["phase"] == host["phase"]
+            ]
+    timeline = _recorded().timelines["parallel_apply"]
+    starts = sorted(r.start_ms for r in timeline.records if r.step == timeline.steps()[-1])
+    gap = min(b - a for a, b in zip(starts, starts[1:]))
+    return len(lags) >= 8 and max(abs(lag) for lag in lags) < gap / 5
 
 
 def timeline_check_lag_tells_the_host_ran_ahead() -> bool:
@@ -239,3 +262,21 @@ def step_graphs_verdicts() -> bool:
                 for o in ("ddp_graphs", "one_thread_reference", "ddp")
             )
     return len(found) > 1 and set(found.values()) == {("tie", "tie", "faster")}
+
+
+def ladder_ties_each_data_parallel_with_fewer_gpus() -> bool:
+    """In the ladders' rounds, each DataParallel (lean_replicate, torch_dp) on the most GPUs
+    recorded ties itself on the fewest, on both workloads."""
+    from learn_parallel.lab.bridges import verdict
+
+    rows = {}
+    for report in _each("ladder.json"):
+        for r in report["rows"]:
+            if r["status"] == "ok" and r["rung"] in ("lean_replicate", "torch_dp"):
+                rows[r["workload"], r["rung"], r["devices"]] = r
+    found = {}
+    for kind, rung, n in rows:
+        counts = sorted(c for k, g, c in rows if (k, g) == (kind, rung))
+        if n == counts[-1] and len(counts) > 1:
+            found[kind, rung] = verdict(rows[kind, rung, n], rows[kind, rung, counts[0]])
+    return len(found) == 4 and set(found.values()) == {"tie"}

@@ -113,4 +113,4 @@ def test_the_plan_the_teaching_chapter_points_to_gives_a_verdict_its_rounds():
     assert int(repeats) >= ENOUGH_ROUNDS and "," not in counts
     # the guide names the same settings
     assert f'PROFILERTAX_ARGS="--rounds {rounds}"' in guide
-    assert f'TORCHRUN_ARGS="--counts {counts}"' in guide
+    assert f'TORCHRUN_ARGS="--counts {counts} --repeats {repeats}"' in guide
