@@ -234,9 +234,8 @@ def phase_lines(report: dict[str, Any], kind: str, rung: str, below: str) -> lis
     lines = []
     for phase in sorted({p for r in rounds for by_phase in r for p in by_phase}):
         was, now = ([by_phase.get(phase, 0.0) for by_phase in r] for r in rounds)
-        a, b = Spread.of(was), Spread.of(now)
         said = verdict({"repeats": now}, {"repeats": was})
-        scale, unit = (1e3, "µs") if max(a.high, b.high) < 0.1 else (1.0, "ms")
+        scale, unit = (1e3, "µs") if max(was + now) < 0.1 else (1.0, "ms")
         a, b = (Spread.of([v * scale for v in values]) for values in (was, now))
         line = f"  {phase:20} {a.median:6.2f} ({a.low:.2f}-{a.high:.2f}) -> "
         line += f"{b.median:6.2f} ({b.low:.2f}-{b.high:.2f}) {unit}, {said}"
