@@ -7,8 +7,8 @@
 Feeds the ladder chapter (``ladder.json``) and the libtorch_replicate chapter
 (``clone.json``, with the host time of one ``replicate`` per strategy):
 ``book/data/record_gpu_runs.sh`` (parts ``ladder`` and ``clone``) runs it. Every rung and
-DDP are measured interleaved, ``--repeats`` rounds of ``--steps`` timed steps each; after every
-round is timed, a profiled pass adds the GPU work inside the timelines' bars. The rungs and
+DDP are measured interleaved, ``--repeats`` rounds of ``--steps`` timed steps each; after the
+last round is timed, a profiled pass adds the GPU work inside the timelines' bars. The rungs and
 their runner are `learn_parallel.lab.ladder`, which the chapters also run live.
 """
 

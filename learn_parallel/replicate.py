@@ -37,16 +37,16 @@ def check_on_source_device(
     ``broadcast_coalesced`` checks placement first). This message names it.
     DataParallel and its variants check once per forward: directly on one device,
     through `replicate` on several, which passes the tensors it has ``found``
-    already so that a step walks the module once. Lazy parameters are refused where
+    already so that a step walks the module once. Lazy parameters and buffers are refused where
     replicas will be copied (``copies``); on one device the module's own first call
     initializes them, as in torch.
     """
     found = module_tensors(module) if found is None else found
     named = [("parameter", t) for t in found.params] + [("buffer", t) for t in found.buffers]
-    for _, tensor in named:
+    for kind, tensor in named:
         if copies and is_lazy(tensor):
             raise RuntimeError(
-                f"Cannot replicate a module with uninitialized (lazy) parameter "
+                f"Cannot replicate a module with uninitialized (lazy) {kind} "
                 f"'{found.names[id(tensor)]}'. Run one forward pass on a small batch first "
                 f"so its shape is known, then wrap it."
             )
@@ -136,7 +136,8 @@ def _as_complex_like(
 
 # [broadcast]
 class Broadcast(Function):
-    """Forward: one copy of every tensor per device. Backward: sum them back."""
+    """Forward: a copy of every tensor on each other device (the first gets the tensors
+    themselves, as views). Backward: sum the gradients back onto the first."""
 
     @staticmethod
     def forward(ctx, devices, *tensors):

@@ -31,6 +31,11 @@ def printed(nb: nbformat.NotebookNode) -> list[str]:
 
 
 def main(path: Path, out: Path) -> int:
+    # Kernels on an encrypted channel, as the book build and execute_chapters.py start them.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "_ext"))
+    from kernel_encryption import encrypt_kernel_channels
+
+    encrypt_kernel_channels()
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:  # the stored run's stamps: only this run's are to be read after
         cell.get("metadata", {}).pop("execution", None)

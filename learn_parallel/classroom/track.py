@@ -55,7 +55,8 @@ TASKS = [
         "task_broadcast",
         "replicate.py",
         "Broadcast.forward",
-        "one copy of every tensor per device (copy_to_devices), flattened device by "
+        "every tensor on each device (copy_to_devices: copies, the first device's the tensors "
+        "themselves), flattened device by "
         "device; copies of tensors that need no gradient are marked non-differentiable",
     ),
     Task(

@@ -6,9 +6,8 @@ command, what else the recording script ran on the host meanwhile (``ran_beside`
 ``measured``: a digest of the code of each file whose behaviour the recording measures
 (`MEASURED` says which; `code_digest`: comments and docstrings left out, so a corrected
 sentence does not turn a recording stale), and ``measured_bytes``, their sha256 (the same bytes
-need no parsing). `changed_since` compares them with the files here (a file listed after a
-recording was made: its code at the recording's commit, `AT_COMMIT`, or said to be unhashed);
-`stale_recordings` lists every shipped recording whose measured code has changed.
+need no parsing). `changed_since` compares them with the files here; `stale_recordings`
+lists every shipped recording whose measured code has changed.
 """
 
 from __future__ import annotations
@@ -78,23 +77,6 @@ MEASURED: dict[str, list[str]] = {
 }
 # The second run of every chapter measurement, made right after the first by the same code.
 MEASURED["chapters-repeat.json"] = MEASURED["chapters.json"]
-
-# Files listed above after recordings that ran them were made, each with the listed file that
-# imports it: a recording that hashed the importer but not the file ran the file unhashed.
-RAN_WITH = {
-    "learn_parallel/ladder/buckets.py": "learn_parallel/ladder/distributed.py",
-    "learn_parallel/lab/processes.py": "learn_parallel/lab/ddp_timeline.py",
-}
-# Their code digests at the commit such recordings name (from git; tests check them there).
-AT_COMMIT = {
-    "7f9f95d307c2eb7ea21de1ae038e74af42bcbab7": {
-        "learn_parallel/ladder/buckets.py": "code:"
-        "7e024d90a1c6654cef357c39b2e459f938e0fd9ad87628cbeec194ae2b2e4dce",
-        "learn_parallel/lab/processes.py": "code:"
-        "aef903592264cd847e99a5d45ff0e481d2c0693a7b1437fcf5d076adfe92e943",
-    }
-}
-NOT_HASHED = "not hashed"
 
 
 def package_dir() -> Path:
@@ -195,8 +177,15 @@ def beside_line(record: dict[str, Any]) -> str:
 
 
 def machine() -> str:
-    """The machine as its hardware names itself: ``2 x NVIDIA H200, 32 CPU cores``."""
+    """The machine as its hardware names itself: ``2 x NVIDIA H200, 32 CPU cores (CPU
+    model)``: host-clock timings are the CPU's, not the GPUs'."""
     cores = f"{os.cpu_count()} CPU cores"
+    try:  # Linux names the CPU model; elsewhere the count alone
+        info = Path("/proc/cpuinfo").read_text().splitlines()
+        model = next(line.split(":", 1)[1].strip() for line in info if "model name" in line)
+        cores += f" ({model})"
+    except (OSError, StopIteration):
+        pass
     try:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         names = sorted({torch.cuda.get_device_name(i) for i in range(count)})
@@ -238,25 +227,10 @@ def stamp(report: dict[str, Any], recording: str) -> dict[str, Any]:
     }
 
 
-def measured_code(record: dict[str, Any]) -> dict[str, str]:
-    """``record``'s code digests, with each file it ran unhashed (`RAN_WITH`): that file's
-    digest at the recording's commit (`AT_COMMIT`), else `NOT_HASHED`."""
-    measured, known = dict(record.get("measured") or {}), AT_COMMIT.get(record.get("commit"), {})
-    for name, importer in RAN_WITH.items():
-        if importer in measured and name not in measured:
-            measured[name] = known.get(name, NOT_HASHED)
-    return measured
-
-
-def not_hashed(record: dict[str, Any]) -> list[str]:
-    """Files ``record`` ran without a digest of their code: whether they changed is unknown."""
-    return [name for name, digest in measured_code(record).items() if digest == NOT_HASHED]
-
-
 def changed_since(record: dict[str, Any]) -> list[str]:
     """Measured files of ``record`` changed here since (a driver a wheel lacks is unknown)."""
     recorded_bytes = record.get("measured_bytes") or {}
-    measured = {n: d for n, d in measured_code(record).items() if d != NOT_HASHED}
+    measured = dict(record.get("measured") or {})
     # The same bytes are the same code: only a file whose bytes changed is parsed again.
     bytes_now = file_hashes((n for n in measured if n in recorded_bytes), raw=True)
     same = {n for n, h in bytes_now.items() if h == recorded_bytes[n]}
@@ -285,8 +259,5 @@ def staleness_line(record: dict[str, Any]) -> str | None:
     short = (record.get("commit") or "")[:7] or "an unknown commit"
     if "measured" not in record:
         return f"recorded from {short}, before recordings named the code they measured"
-    changed, unknown = changed_since(record), not_hashed(record)
-    said = [f"{', '.join(changed)} changed since"] if changed else []
-    if unknown:
-        said.append(f"it ran {', '.join(unknown)} unhashed: whether that code changed is unknown")
-    return f"recorded from {short}; {'; '.join(said)}" if said else None
+    changed = changed_since(record)
+    return f"recorded from {short}; {', '.join(changed)} changed since" if changed else None

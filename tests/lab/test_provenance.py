@@ -5,7 +5,6 @@ since (``pytest -s``); it does not fail on them, since a session without GPUs mu
 able to change the code. `book/data/README.md` lists each recording's commit and machine.
 """
 
-import copy
 import json
 import re
 import subprocess
@@ -109,77 +108,6 @@ BUCKETS = "learn_parallel/ladder/buckets.py"
 
 def _shipped(name):
     return next(json.loads(p.read_text()) for p in provenance.recordings() if p.name == name)
-
-
-def test_every_list_holding_a_file_holds_the_files_it_imports_that_were_listed_later():
-    root = provenance.package_dir().parent
-    for name, importer in provenance.RAN_WITH.items():
-        assert (
-            f"from {name.removesuffix('.py').replace('/', '.')} import"
-            in (root / importer).read_text()
-        )
-        for recording, files in provenance.MEASURED.items():
-            assert importer not in files or name in files, (recording, name)
-
-
-def test_the_digests_at_a_commit_are_that_commits_code():
-    root = provenance.package_dir().parent
-    for commit, digests in provenance.AT_COMMIT.items():
-        for name, digest in digests.items():
-            # Where a recording of that commit hashed the file itself, it hashed this code.
-            records = [json.loads(p.read_text()) for p in provenance.recordings()]
-            hashed = {r["measured"].get(name) for r in records if r.get("commit") == commit}
-            assert hashed - {None} <= {digest}, name
-            done = subprocess.run(
-                ["git", "-C", str(root), "show", f"{commit}:{name}"], capture_output=True, text=True
-            )
-            if done.returncode != 0:
-                pytest.skip(f"no git history with {commit[:7]} here")
-            assert provenance.code_digest(done.stdout) == digest, name
-
-
-@pytest.mark.parametrize("name", ["torchrun.json", "distributed.json"])
-def test_a_file_listed_after_a_recording_is_compared_at_the_recordings_commit(
-    name, tmp_path, monkeypatch
-):
-    # The shipped recording hashed every file listed for it; the one it replaced, made at a
-    # commit of `AT_COMMIT` before the files of `RAN_WITH` were listed, did not hash those.
-    record = copy.deepcopy(_shipped(name))
-    assert set(provenance.MEASURED[name]) <= set(record["measured"])
-    record["commit"] = next(iter(provenance.AT_COMMIT))
-    for file in set(provenance.RAN_WITH) & set(record["measured"]):
-        del record["measured"][file], record["measured_bytes"][file]
-    later = [n for n in provenance.MEASURED[name] if n not in record["measured"]]
-    assert BUCKETS in later and set(later) <= set(provenance.measured_code(record))
-    assert provenance.not_hashed(record) == []
-    for file in provenance.measured_code(record):  # a copy of the tree, to edit
-        (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
-        if (provenance.package_dir().parent / file).is_file():
-            (tmp_path / file).write_bytes((provenance.package_dir().parent / file).read_bytes())
-    monkeypatch.setattr(provenance, "package_dir", lambda: tmp_path / "learn_parallel")
-    before = provenance.changed_since(record)
-    for file in later:
-        code = (tmp_path / file).read_text()
-        (tmp_path / file).write_text(code + "# a comment\n")
-        assert provenance.changed_since(record) == before
-        (tmp_path / file).write_text(code + "EDITED = 1\n")
-        assert provenance.changed_since(record) == [*before, file]
-        assert provenance.staleness_line(record).endswith(f"{file} changed since")
-        (tmp_path / file).write_text(code)
-
-
-def test_a_recording_that_ran_a_later_listed_file_unhashed_says_so():
-    record = provenance.stamp({}, "torchrun.json")  # recordings hash it now
-    assert BUCKETS in record["measured"] and provenance.staleness_line(record) is None
-    del record["measured"][BUCKETS], record["measured_bytes"][BUCKETS]
-    record["commit"] = "b" * 40  # a commit whose code of it is not known here
-    assert provenance.changed_since(record) == []
-    assert provenance.not_hashed(record) == [BUCKETS]
-    assert provenance.staleness_line(record) == (
-        f"recorded from bbbbbbb; it ran {BUCKETS} unhashed: whether that code changed is unknown"
-    )
-    record["commit"] = next(iter(provenance.AT_COMMIT))
-    assert provenance.not_hashed(record) == [] and BUCKETS in provenance.measured_code(record)
 
 
 SOURCE = '''"""A module."""
