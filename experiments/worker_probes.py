@@ -81,12 +81,11 @@ def first_call_ms(call: Callable[[], Any], device: Device, repeats: int = 3) -> 
 
 def first_call_probes(device: Device, resnet: Workload, rows: int) -> dict[str, Any]:
     """One ResNet-18 stem convolution, one MLP matmul and one whole forward of ``resnet``'s
-    model, on ``device``, the convolution and the forward on ``rows`` rows (at most 4 on
-    simulated devices, whose copies are host copies); the forward's key names the rows."""
+    model, on ``device``. All three use the probe's own row count (256 on CUDA, 4 elsewhere):
+    the line below replaces ``rows``, and each result's key names the rows it ran."""
     dev = device.torch_device
-    # The ResNet-18 stem on one replica's rows; small on simulated devices.
-    cuda = device.type == "cuda"
-    rows, size, width = (rows, 128, 2048) if cuda else (min(rows, 4), 32, 256)
+    # The ResNet-18 stem on half of a 2-GPU batch; small on simulated devices.
+    rows, size, width = (256, 128, 2048) if device.type == "cuda" else (4, 32, 256)
     conv = nn.Conv2d(3, 64, 7, 2, 3, bias=False).to(dev)
     image = torch.randn(rows, 3, size, size, device=dev)
     a, b = torch.randn(width, width, device=dev), torch.randn(width, width, device=dev)

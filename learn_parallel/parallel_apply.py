@@ -92,8 +92,7 @@ def _bind(module: nn.Module, args: Any, kwargs: dict[str, Any], device: Device) 
     stream and saved-tensor hooks are per thread in PyTorch: read here, in the
     caller's thread, and entered again in the worker's. The hooks are read with
     ``torch._C._autograd._top_saved_tensors_default_hooks(False)``, as torch 2.11 and 2.13
-    have it; a torch without it, or whose one takes other arguments, carries no hooks (a
-    warning says so once).
+    have it; a torch without it carries no hooks (a warning says so once).
     """
     args = args if isinstance(args, list | tuple) else (args,)
     kind = device.torch_device.type
@@ -124,17 +123,12 @@ def _bind(module: nn.Module, args: Any, kwargs: dict[str, Any], device: Device) 
 @functools.cache  # once per process: the answer depends only on the torch installed
 def _saved_tensor_hooks_reader() -> Callable[[bool], Any] | None:
     reader = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
-    try:  # a private binding: check once that it takes the one bool it takes in 2.11 and 2.13
-        if reader is not None:
-            reader(False)
-    except TypeError:
-        reader = None
     if reader is None:
         warn_at_user(
-            f"torch {torch.__version__} has no reader of a thread's saved-tensor hooks that "
-            f"this package knows (torch 2.11 and 2.13 have one), so hooks such as "
-            f"save_on_cpu() set around a call stay in the calling thread and do not reach the "
-            f"replicas' workers, as in torch's DataParallel."
+            f"torch {torch.__version__} cannot read the saved-tensor hooks of a thread (torch "
+            f"2.8 can), so hooks such as save_on_cpu() set around a call stay in the calling "
+            f"thread and do not reach the replicas' workers, as in torch's DataParallel. "
+            f"Upgrade torch to 2.8 or newer to have them carried."
         )
     return reader
 

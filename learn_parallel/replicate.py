@@ -37,16 +37,16 @@ def check_on_source_device(
     ``broadcast_coalesced`` checks placement first). This message names it.
     DataParallel and its variants check once per forward: directly on one device,
     through `replicate` on several, which passes the tensors it has ``found``
-    already so that a step walks the module once. Lazy parameters and buffers are refused where
+    already so that a step walks the module once. Lazy parameters are refused where
     replicas will be copied (``copies``); on one device the module's own first call
     initializes them, as in torch.
     """
     found = module_tensors(module) if found is None else found
     named = [("parameter", t) for t in found.params] + [("buffer", t) for t in found.buffers]
-    for kind, tensor in named:
+    for _, tensor in named:
         if copies and is_lazy(tensor):
             raise RuntimeError(
-                f"Cannot replicate a module with uninitialized (lazy) {kind} "
+                f"Cannot replicate a module with uninitialized (lazy) parameter "
                 f"'{found.names[id(tensor)]}'. Run one forward pass on a small batch first "
                 f"so its shape is known, then wrap it."
             )

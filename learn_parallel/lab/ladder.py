@@ -108,23 +108,24 @@ def _remade(rung: Rung, workload: Workload, devices: list) -> Callable[[], Any]:
 
 def replicate_host_ms(workload: Workload, count: int, repeats: int = 20) -> dict[str, float]:
     """Median host time of one replicate call per strategy, until it returns (`HOST_RETURNED`:
-    no synchronize inside the timing; every device synchronized between calls). The strategies
-    take turns call by call, so a change in the host's load falls on all three alike. "clone,
-    no edges" is the clone strategy without its autograd edges: its copies alone."""
+    no synchronize inside the timing; every device synchronized between calls). "clone, no
+    edges" is the clone strategy without its autograd edges: its copies alone."""
     trace.refuse_after_profiler("Timing replicate")
     devices = resolve_devices(list(range(count)))
     model = build_model(workload).to(devices[0].torch_device)
+    result = {}
     no_edges = partial(clone_replicate, detach=True)
-    strategies = {"broadcast": replicate, "clone": clone_replicate, "clone, no edges": no_edges}
-    times: dict[str, list[float]] = {name: [] for name in strategies}
-    for _ in range(repeats + 2):  # the first two turns warm up
-        for name, strategy in strategies.items():
+    strategies = (("broadcast", replicate), ("clone", clone_replicate))
+    for name, strategy in (*strategies, ("clone, no edges", no_edges)):
+        times = []
+        for _ in range(repeats + 2):
             start = time.perf_counter()
             replicas = strategy(model, devices)
-            times[name].append((time.perf_counter() - start) * 1e3)
+            times.append((time.perf_counter() - start) * 1e3)
             del replicas
             synchronize(devices)
-    return {name: statistics.median(ms[2:]) for name, ms in times.items()}
+        result[name] = statistics.median(times[2:])
+    return result
 
 
 def _row(name: str, change: str, preconditions: str, below: str | None, kind: str, count: int):
@@ -220,7 +221,7 @@ def run(
     host = {w.kind: replicate_host_ms(w, count) for w in workloads} if which == "clone" else {}
     if later is not None:
         if progress:
-            print("after the last round: the first timelines again, profiled", file=sys.stderr)
+            print("after every round: the first timelines again, profiled", file=sys.stderr)
         later.run()  # nothing is timed after this: torch.profiler has run
     for row in rows.values():
         if isinstance(row.get("timeline"), Timeline):
@@ -241,17 +242,13 @@ def run(
         "round's phase_ms; host_ms: median over the rounds of the host time until the step "
         "returned (its work enqueued), for the rungs run in this process",
         "gpu_work": "in the first round's timelines: a profiled repeat of their steps, after "
-        "all rounds were timed (learn_parallel.lab.kernels)"
+        "every round was timed (learn_parallel.lab.kernels)"
         if gpu_work
         else None,
         "repeats": repeats,
         "rows": [rows[key] for key in rows],
         "replicate_host_ms": host,
         "replicate_clock": HOST_RETURNED,  # replicate_host_ms's timer: not the steps' clock
-        "replicate_timing": "once, after all rounds: the median of 20 calls per strategy, the "
-        "strategies taking turns call by call after 2 warm-up turns"
-        if host
-        else None,
         "duration_s": round(time.perf_counter() - started, 1),
     }
     report = provenance.stamp(report, f"{which}.json")

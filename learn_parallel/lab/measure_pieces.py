@@ -156,7 +156,7 @@ def gather_targets(devices: Sequence[DeviceLike] | None = None, rows: int = 4096
     times = [median_ms(lambda t=t: gather(pieces, str(t)), t) for t in targets]
     return Measurement(
         "gather_targets",
-        f"Gathering {rows} x 1024 floats onto each device, and onto the host",
+        f"Gathering {rows} x 1024 floats onto each device",
         "output device",
         "time of one gather (ms)",
         [str(t) for t in targets],

@@ -156,7 +156,7 @@ def peak_memory(
         f"Extra memory at the peak of one step: {rows} rows of {width} features, {classes} logits"
         " each",
         "device",
-        "peak memory above the step's start (MiB)",
+        "peak memory above the model (MiB)",
         [str(d) for d in devs],
         series,
         describe_hardware(devs).label(),

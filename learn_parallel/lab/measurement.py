@@ -82,20 +82,16 @@ def median_ms(fn: Callable[[], Any], device: Device, repeats: int = 15) -> float
     On a GPU the clock is a pair of CUDA events on that GPU's current stream: from the moment
     the stream reaches the first to the moment it reaches the second, so it includes the GPU
     waiting for Python to launch the next kernel (a call that queues no GPU work still takes
-    microseconds). On a simulated device it is the host clock. One untimed warm-up call first;
-    the two events are made (first recorded) after it, so no sample times their creation.
+    microseconds). On a simulated device it is the host clock. One untimed warm-up call first.
     """
     trace.refuse_after_profiler("median_ms")
     uses_clock(EVENTS if device.type == "cuda" else HOST)
     fn()
-    if device.type == "cuda":
-        stream = torch.cuda.current_stream(device.index)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(stream)  # CUDA creates an event at its first record: here, not in a sample
-        end.record(stream)
     samples = []
     for _ in range(repeats):
         if device.type == "cuda":
+            stream = torch.cuda.current_stream(device.index)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record(stream)
             fn()
             end.record(stream)

@@ -298,3 +298,54 @@ def test_complex_tensors_come_back_complex_from_coalesced_broadcast(monkeypatch)
 
 
 # -- 8. saved-tensor hooks reach the workers ----------------------------------------------
+
+
+def test_saved_tensor_hooks_of_the_caller_apply_inside_replicas():
+    packed_by = []
+
+    def pack(tensor):
+        packed_by.append(threading.current_thread().name)
+        return tensor
+
+    net = nn.Sequential(nn.Linear(3, 3), nn.Tanh(), nn.Linear(3, 1)).double().to(SIM[0])
+    x = torch.randn(8, 3, dtype=torch.double, device=SIM[0])
+    net(x).sum().backward()
+    want = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        output = lp.DataParallel(net, [0, 1])(x)
+    workers = {name for name in packed_by if name.startswith("learn_parallel worker")}
+    assert workers == {"learn_parallel worker sim:0", "learn_parallel worker sim:1"}
+    output.sum().backward()
+    for got, expected in zip([p.grad for p in net.parameters()], want):
+        torch.testing.assert_close(got, expected)
+
+
+def test_a_torch_that_cannot_read_the_hooks_says_so_once(monkeypatch):
+    # torch before 2.8 has no reader of a thread's saved-tensor hooks: the workers then run
+    # without them, and one warning (not one per call, not none) says so.
+    reader = sys.modules["learn_parallel.parallel_apply"]._saved_tensor_hooks_reader
+    monkeypatch.delattr(torch._C._autograd, "_top_saved_tensors_default_hooks", raising=False)
+    reader.cache_clear()
+    try:
+        net = nn.Linear(3, 1).double().to(SIM[0])
+        x = torch.randn(8, 3, dtype=torch.double, device=SIM[0])
+        with pytest.warns(UserWarning, match=r"cannot read the saved-tensor hooks.*2\.8") as seen:
+            lp.DataParallel(net, [0, 1])(x)
+            lp.DataParallel(net, [0, 1])(x)
+        assert len([w for w in seen if "saved-tensor hooks" in str(w.message)]) == 1
+        assert seen[0].filename == __file__  # shown at the caller's line
+    finally:
+        reader.cache_clear()  # the real torch's reader again for later tests
+
+
+def test_save_on_cpu_around_a_step_gives_the_same_gradients():
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1)).double().to(SIM[0])
+    x = torch.randn(8, 3, dtype=torch.double)
+    lp.DataParallel(net, [0, 1, 2, 3])(x).sum().backward()
+    want = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    with torch.autograd.graph.save_on_cpu():
+        lp.DataParallel(net, [0, 1, 2, 3])(x).sum().backward()
+    for got, expected in zip([p.grad for p in net.parameters()], want):
+        torch.testing.assert_close(got, expected)
