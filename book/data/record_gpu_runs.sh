@@ -25,7 +25,9 @@
 #   profilertax  steps timed after a profiler ran vs in a clean process (book/data/README.md)
 #   notebooks    every chapter executed unchanged, JOBS at a time (needs nbclient, ipykernel)
 # LADDER_ARGS, TORCHRUN_ARGS and PROFILERTAX_ARGS add options to those parts (--no-gpu-work,
-# --counts 4 --repeats 2 ...).
+# --counts 4 --repeats 2 ...). PACK=NAME.tgz packs OUTDIR into OUTDIR/NAME.tgz after every part
+# (one file to fetch, and the parts that finished kept when a command is cut off; lanes that
+# share OUTDIR each take their own NAME).
 # book/data/README.md says which runs made the shipped recordings, and how to record again.
 set -uo pipefail
 out=${1:?usage: record_gpu_runs.sh OUTDIR}
@@ -57,6 +59,10 @@ run() {  # one part: logged, bounded by a timeout, its start and end in the run 
     | tee "$logs/$name.log" | tail -"${TAIL:-25}"
   status=$?
   mark "$id" "$name" end
+  if [[ -n ${PACK:-} ]]; then  # OUT packed after every part: what ran survives a cut-off command
+    packed=$(mktemp) && tar czf "$packed" -C "$out" --exclude='*.tgz' . 2>/dev/null
+    mv -f "$packed" "$out/$PACK"
+  fi
   return $status
 }
 
