@@ -46,18 +46,13 @@ CLAIMS: list[Claim] = [
         "performance",
         "**DDP is faster than both DataParallels** at every GPU count above one, on both "
         "workloads,\n  and its step keeps shrinking as GPUs are added, while neither "
-        "DataParallel's step shrinks\n  beyond two GPUs: the benchmark's one run reads both as "
-        "slower on four GPUs than on two on\n  ResNet-18 (on the MLP, torch's as slower and "
-        "learn_parallel's as a tie)",
-        findings.ddp_beats_both_and_keeps_scaling,
-        BENCH,
-    ),
-    Claim(
-        "performance",
-        "the ladder's\n  interleaved rounds read each as a tie with itself on two GPUs, on both "
-        "workloads",
-        findings.ladder_ties_each_data_parallel_with_fewer_gpus,
-        "ladder.json",
+        "DataParallel's step shrinks\n  beyond two GPUs",
+        # Neither reading, the benchmark's run or the two ladder runs, has either step shrink.
+        lambda: (
+            findings.ddp_beats_both_and_keeps_scaling()
+            and findings.ladder_ties_each_data_parallel_with_fewer_gpus()
+        ),
+        BENCH + " and ladder.json",
     ),
     Claim(
         "performance",

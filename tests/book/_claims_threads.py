@@ -16,6 +16,13 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "performance",
+        "On the MLP the same recording has the\ncontrol the other way round (the MLP's lines "
+        "above): the caller's thread\nwas faster than the persistent threads",
+        findings.caller_thread_faster_on_mlp,
+        WORKERS,
+    ),
+    Claim(
+        "performance",
         "That many GPUs is the benchmark's\nlargest count, where the benchmark's forward bar is "
         "mostly waiting",
         findings.control_ran_where_the_forward_is_launch_bound,

@@ -172,6 +172,12 @@ def caller_thread_slower_on_resnet() -> bool:
     return compare(caller, kept, "middle") == "slower"
 
 
+def caller_thread_faster_on_mlp() -> bool:
+    runs = _workers()
+    caller, kept = runs["mlp", False, "caller thread"], runs["mlp", False, "persistent threads"]
+    return compare(caller, kept, "middle") == "faster"
+
+
 def control_ran_where_the_forward_is_launch_bound() -> bool:
     """persistent_workers.json ran on the benchmark's largest GPU count, where its
     learn_parallel forward bar on cuda:0 holds GPU work of under half of it (medians of the

@@ -65,7 +65,7 @@ def test_bad_input_gets_one_line_with_the_fix(args, message, capsys):
 
 def test_the_readme_shows_what_the_demo_prints():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    sample = re.search(r"```\n(A batch of 10 rows.*?)```", readme, re.S).group(1)
+    sample = re.search(r"```\n\.\.\.\n(A batch of 10 rows.*?)```", readme, re.S).group(1)
     done = _demo()  # the README's command: all (four simulated) devices, batch 10
     assert done.returncode == 0, done.stderr
     timing = re.compile(r"\d+\.\d+ ms")
@@ -74,3 +74,4 @@ def test_the_readme_shows_what_the_demo_prints():
     assert len(lines) >= 3
     for line in lines:
         assert timing.sub("T ms", line) in printed, line
+    assert printed.index(lines[0]) > 0  # the model is printed first: the sample's leading "..."
