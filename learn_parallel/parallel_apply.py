@@ -188,7 +188,8 @@ def _start(job: _Job, device: Device, beside: bool = False) -> None:
 
 
 class _Worker:
-    """One device's thread for the life of the process; ``idle`` is held while it works."""
+    """One device's thread for the life of the process; ``idle`` is held from the hand-over of
+    a job until the worker has run it."""
 
     def __init__(self, device: Device) -> None:
         self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()

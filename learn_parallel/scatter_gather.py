@@ -26,7 +26,7 @@ class Scatter(Function):
     """Split one tensor along ``dim`` and send piece i to torch device ``devices[i]``.
 
     With ``sizes=None`` the split is ``tensor.chunk(len(devices))``: equal,
-    ceil-sized pieces, so a short batch gives *fewer* pieces than devices.
+    ceil-sized pieces, so a batch can give *fewer* pieces than devices (3 rows, or 6, on 4).
     """
 
     @staticmethod
@@ -70,7 +70,7 @@ class Gather(Function):
 
 # [scatter]
 def scatter(inputs: Any, target_gpus: Sequence[DeviceLike], dim: int = 0) -> Sequence[Any]:
-    """Split ``inputs`` into one piece per device (fewer when the batch is short).
+    """Split ``inputs`` into one piece per device (fewer where chunk makes fewer).
 
     Tensors are chunked along ``dim``; containers are split member by member
     and rebuilt; anything else is given whole to every device. A bare tensor

@@ -1,5 +1,6 @@
 """The claims on the variants' chapters (tuple_parallel, options, libtorch_replicate),
-each with its check in `_findings_variants`.
+each with its check in `_findings_variants`; the glossary's lines of a torch header are
+checked here too, the way libtorch_replicate's are.
 """
 
 from __future__ import annotations
@@ -56,5 +57,19 @@ CLAIMS: list[Claim] = [
         "workload",
         findings.clone_step_not_all_host_time,
         "clone.json: the rows' step_ms and host_ms",
+    ),
+    Claim(
+        "libtorch_replicate",
+        "this chapter's line numbers into\nlibtorch's headers were checked against the copies "
+        "the torch 2.13.0 wheel installs",
+        lambda: findings.cited_header_lines_hold("libtorch_replicate"),
+        "the headers of the installed torch 2.13.0 (torch/include)",
+    ),
+    Claim(
+        "glossary",
+        "Read from the files the torch 2.13.0 wheel installs, where a header's cited lines "
+        "are one\nfurther down",
+        lambda: findings.cited_header_lines_hold("glossary"),
+        "the headers of the installed torch 2.13.0 (torch/include)",
     ),
 ]

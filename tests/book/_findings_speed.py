@@ -264,19 +264,33 @@ def step_graphs_verdicts() -> bool:
     return len(found) > 1 and set(found.values()) == {("tie", "tie", "faster")}
 
 
-def ladder_ties_each_data_parallel_with_fewer_gpus() -> bool:
-    """In the ladders' rounds, each DataParallel (lean_replicate, torch_dp) on the most GPUs
-    recorded ties itself on the fewest, on both workloads."""
+def _ladder_against_fewer(rungs: tuple[str, ...]) -> dict:
+    """(workload, rung) -> the ladders' verdict on the rung on the most GPUs recorded against
+    itself on the fewest."""
     from learn_parallel.lab.bridges import verdict
 
     rows = {}
     for report in _each("ladder.json"):
         for r in report["rows"]:
-            if r["status"] == "ok" and r["rung"] in ("lean_replicate", "torch_dp"):
+            if r["status"] == "ok" and r["rung"] in rungs:
                 rows[r["workload"], r["rung"], r["devices"]] = r
     found = {}
     for kind, rung, n in rows:
         counts = sorted(c for k, g, c in rows if (k, g) == (kind, rung))
         if n == counts[-1] and len(counts) > 1:
             found[kind, rung] = verdict(rows[kind, rung, n], rows[kind, rung, counts[0]])
+    return found
+
+
+def ladder_ties_each_data_parallel_with_fewer_gpus() -> bool:
+    """In the ladders' rounds, each DataParallel (lean_replicate, torch_dp) on the most GPUs
+    recorded ties itself on the fewest, on both workloads."""
+    found = _ladder_against_fewer(("lean_replicate", "torch_dp"))
     return len(found) == 4 and set(found.values()) == {"tie"}
+
+
+def ladder_ddp_and_replicated_step_shrink() -> bool:
+    """In the ladders' rounds, DDP and ReplicatedStep (step_graphs) on the most GPUs recorded
+    are faster than themselves on the fewest, on both workloads."""
+    found = _ladder_against_fewer(("ddp", "step_graphs"))
+    return len(found) == 4 and set(found.values()) == {"faster"}

@@ -1,5 +1,7 @@
 """The findings of the variants' chapters (tuple_parallel, options, libtorch_replicate),
-checked against their recordings: chapters.json, chain_bench.json, clone.json.
+checked against their recordings: chapters.json, chain_bench.json, clone.json; and the line
+ranges libtorch_replicate and the glossary cite in torch's C++ headers, checked against the
+copies the torch 2.13.0 wheel installs.
 
 `_claims_variants.CLAIMS` ties each sentence to one of these; the readers they share are in
 `_recorded_findings`.
@@ -7,6 +9,13 @@ checked against their recordings: chapters.json, chain_bench.json, clone.json.
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from _book import BOOK
 from _recorded_findings import _each, _recorded
 
 from learn_parallel.lab.spread import compare
@@ -68,3 +77,59 @@ def tuple_parallel_ties() -> bool:
         if verdicts != {"1": "tie", "2": "tie", "4": "tie"}:
             return False
     return True
+
+
+_DP = "torch/csrc/api/include/torch/nn/parallel/data_parallel.h"
+_CLONE = "torch/csrc/api/include/torch/nn/cloneable.h"
+# Each header range the chapters cite: a piece of its first line, pieces found inside it, and
+# a piece of its last line, at the line numbers of torch's sources.
+HEADER_LINES: dict[tuple[str, int, int], tuple[str, tuple[str, ...], str]] = {
+    (_DP, 27, 56): ("// Note [Replicating Modules]", ("load_params()",), "not even ddp."),
+    (_DP, 36, 38): ("ReduceAdd can ONLY be used", ("Forward",), "history at all"),
+    (_DP, 60, 97): ("struct ReduceAdd", ("// TODO: use nccl reduce",), "};"),
+    (_DP, 67, 69): ("TORCH_CHECK(", ("compute_requires_grad(inputs)",), "ReduceAdd can only"),
+    (_DP, 104, 139): ("template", ("set_history(replicas[i]->parameters_",), "}"),
+    (_DP, 147, 161): ("template", ("module->clone(device)", "return replicas;"), "}"),
+    (_DP, 184, 187): ("/// 2. If a list of devices", ("current default device",), "device."),
+    (_DP, 188, 237): ("template", ("at::parallel_for(", "return outputs;"), "}"),
+    (_DP, 223, 234): ("} catch (...) {", ("current_exception()", "rethrow_exception"), "}"),
+    (_DP, 251, 292): ("template", ("Tensor data_parallel(",), "}"),
+    (_DP, 258, 270): ("if (!devices) {", ("device_count()", "output_device = devices"), "}"),
+    (_DP, 272, 276): ("if (devices->size() == 1) {", ("module->to(",), "}"),
+    (_DP, 278, 285): ("autograd::Scatter scatter(", ("devices->resize(",), "}"),
+    (_DP, 289, 291): ("autograd::Gather(*output_device, dim)", ("fmap<",), ".front();"),
+    (_CLONE, 34, 78): ("clone(", ("NoGradGuard", "copy->reset();", "set_data(data)"), "}"),
+    (_CLONE, 74, 76): ("for (const auto& child : children_)", ("clone_(",), "}"),
+    (_CLONE, 81, 91): ("void clone_(Module& other", ("other.clone(device)",), "}"),
+    ("aten/src/ATen/ParallelOpenMP.h", 16, 52): ("template", ("#pragma omp parallel",), "}"),
+    ("aten/src/ATen/Parallel-inl.h", 22, 31): ("numiter", ("in_parallel_region()",), "}"),
+    ("aten/src/ATen/cuda/detail/DeviceThreadHandles.h", 1, 14): (
+        "// Some stateful GPU libraries",
+        ("handle pool",),
+        "efficient with DataParallel.",
+    ),
+}
+GUARD = "#if !defined(TORCH_STABLE_ONLY) && !defined(TORCH_TARGET_VERSION)"  # the build's line
+
+
+def cited_header_lines_hold(chapter: str) -> bool:
+    """Every header range ``chapter`` cites at v2.13.0 holds what `HEADER_LINES` says, in
+    the torch wheel's copy, where the build's `GUARD` line on top sits each line one lower."""
+    if not torch.__version__.startswith("2.13.0"):
+        pytest.skip(f"the citations are of torch 2.13.0, this is {torch.__version__}")
+    cells = json.loads((BOOK / f"{chapter}.ipynb").read_text())["cells"]
+    text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    cited = re.findall(r"blob/v2\.13\.0/([\w/.-]+\.h)#L(\d+)-L(\d+)", text)
+    include = Path(torch.__file__).parent / "include"
+    for path, first, last in cited:
+        start, end = int(first), int(last)
+        if (path, start, end) not in HEADER_LINES:
+            return False
+        lines = (include / path.removeprefix("aten/src/")).read_text().splitlines()
+        span = lines[start : end + 1]  # source line n is line n + 1 of the wheel's copy
+        head, inside, tail = HEADER_LINES[path, start, end]
+        if lines[0] != GUARD or head not in span[0] or tail not in span[-1]:
+            return False
+        if not all(piece in "\n".join(span) for piece in inside):
+            return False
+    return bool(cited)
