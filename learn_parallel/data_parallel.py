@@ -101,7 +101,7 @@ class DataParallel(nn.Module):
             if len(self.devices) == 1:
                 with phase("forward", self.src_device):
                     return self.module(*inputs[0], **kwargs[0])
-            # A short batch gives fewer pieces than devices: use only as many replicas.
+            # chunk can give fewer pieces than devices (3, 5 or 6 rows on 4): as many replicas.
             with phase("replicate"):
                 replicas = self.replicate(self.module, self.device_ids[: len(inputs)])
             outputs = self.parallel_apply(replicas, inputs, kwargs)  # times each replica

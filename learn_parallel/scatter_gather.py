@@ -26,7 +26,7 @@ class Scatter(Function):
     """Split one tensor along ``dim`` and send piece i to torch device ``devices[i]``.
 
     With ``sizes=None`` the split is ``tensor.chunk(len(devices))``: equal,
-    ceil-sized pieces, so a batch can give *fewer* pieces than devices (3 rows, or 6, on 4).
+    ceil-sized pieces, so a batch can give *fewer* pieces than devices (e.g. 3, 5 or 6 rows on 4).
     """
 
     @staticmethod

@@ -1,7 +1,8 @@
 """conftest runs the GPU tests first: after any test has made a simulated device, CUDA's
 autograd fails for the rest of the process, so a plain `pytest` on a GPU machine would
 otherwise fail every GPU test that comes after the CPU ones. After them come the long
-tests (conftest.LONG_FIRST), so that the parallel workers finish together."""
+tests (conftest.LONG_FIRST), so that the run ends with short tests that the workers can steal
+from one another."""
 
 import subprocess
 import sys

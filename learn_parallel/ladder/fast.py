@@ -80,7 +80,7 @@ class FastDataParallel(DataParallel):
         if len(self.devices) == 1:
             with phase("forward", self.src_device):
                 return self.module(*inputs[0], **kwargs[0])
-        used = len(inputs)  # a short batch gives fewer pieces than devices
+        used = len(inputs)  # chunk can give fewer pieces than devices
         training = torch.is_grad_enabled()
         if training:
             self.sums.used = used

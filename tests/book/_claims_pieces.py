@@ -108,7 +108,7 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "distributed",
-        "On both workloads the difference printed is more\nthan two gradient copies, not one",
+        "On both\nworkloads the difference printed is more than two gradient copies",
         findings.ddp_peak_gap_is_more_than_two_gradient_copies,
         "distributed.json",
     ),

@@ -157,8 +157,8 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "glossary",
-        "that chapter's one-shape probe, summed over ResNet-18's convolution shapes, accounts\n"
-        "for less than half of the new threads' extra host time",
+        "that chapter's one-shape probe, summed over ResNet-18's convolution shapes, comes\n"
+        "to less than half of the new threads' extra host time",
         lambda: all(s < 0.5 for s in findings._probe_shares("off")),
         WORKERS + ": first_call, profile and runs",
     ),

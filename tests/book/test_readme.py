@@ -50,6 +50,22 @@ def test_ci_runs_the_readmes_install_line_and_test_command():
     assert ci[-1] == command
 
 
+def test_the_readmes_account_of_ci_and_of_the_test_schedule():
+    """`.ci/run` tries the README's `apt-get install` of chromium where it is missing, and the
+    tests are scheduled as the README says: xdist's worksteal, GPU tests and long ones first."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "after trying that `apt-get install` where `chromium` is missing" in text
+    assert "if ! command -v chromium" in ci and "apt-get install -y -qq chromium" in ci
+    assert "takes the back half of the longest queue" in text
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    (addopts,) = re.findall(r'^addopts = "(.*)"$', pyproject, re.M)
+    assert "--dist worksteal" in addopts
+    assert "GPU tests and then the long ones first" in text
+    conftest = (ROOT / "tests" / "conftest.py").read_text()
+    assert '("gpu" not in item.keywords, _long_first(item))' in conftest
+
+
 UNENCRYPTED = "Kernel is running over TCP without encryption"
 
 
