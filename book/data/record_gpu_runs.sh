@@ -10,7 +10,8 @@
 # meanwhile on the host (OUTDIR/run-log.jsonl: runs of the script side by side on disjoint
 # GPUs share OUTDIR). Every part uses all the GPUs it sees. Parts (PARTS, default "tests"),
 # each independent of the others' failures:
-#   tests        pytest -m gpu, then tests/book/test_readme.py (the README's first example on the GPU)
+#   tests        pytest -m gpu, then the README's tests, tests/book/test_readme.py (its first
+#                example runs on the GPU)
 #   floors       copy and NCCL bandwidths, matmul and conv throughput, bytes and FLOPs counted
 #   measure      every chapter's per-device measurement, twice (chapters.json, -repeat)
 #   chain        the chain benchmark          bench    one device, both DataParallels, DDP

@@ -102,6 +102,7 @@ HEADER_LINES: dict[tuple[str, int, int], tuple[str, tuple[str, ...], str]] = {
     (_CLONE, 74, 76): ("for (const auto& child : children_)", ("clone_(",), "}"),
     (_CLONE, 81, 91): ("void clone_(Module& other", ("other.clone(device)",), "}"),
     ("aten/src/ATen/ParallelOpenMP.h", 16, 52): ("template", ("#pragma omp parallel",), "}"),
+    ("aten/src/ATen/ParallelOpenMP.h", 40, 41): ("ThreadIdGuard tid_guard(tid)", (), "f(begin_tid"),
     ("aten/src/ATen/Parallel-inl.h", 22, 31): ("numiter", ("in_parallel_region()",), "}"),
     ("aten/src/ATen/Parallel-inl.h", 33, 37): ("invoke_parallel(", ("ParallelGuard guard",), "});"),
     ("aten/src/ATen/cuda/detail/DeviceThreadHandles.h", 1, 14): (

@@ -40,6 +40,7 @@ NOT_MEASURED: list[tuple[str, str, str]] = [
     ("distributed", "1 MiB", "the bucket size the chapter chooses, a setting"),
     ("distributed", "0.3 MiB", "the bucket cap the live run passes, a setting"),
     ("ladder", "25 MiB", "the bucket cap the rungs use, a setting"),
+    ("ladder", "10 MiB", "torch.cuda.comm's buffer_size for coalesced calls, a setting"),
     ("performance", "10 MiB", "torch.cuda.comm's buffer_size for coalesced calls, a setting"),
     ("scatter", "16 MiB", "the size of the batch the measurement scatters (4096 x 1024 floats)"),
     ("tuple_parallel", "8 MiB", "the size of the batch the cell builds"),
