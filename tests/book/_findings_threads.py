@@ -163,19 +163,20 @@ def whole_forward_pays_more_than_the_probe_sum() -> bool:
     return all(s < 0.5 for s in _probe_shares("off")) and extra(whole) > summed
 
 
-def caller_thread_slower_on_resnet() -> bool:
+def _caller_against_persistent(workload: str) -> str:
+    """The control's verdict, cudnn.benchmark off: every forward in the caller's thread
+    against one persistent thread per GPU, by the middle halves of their steps."""
     runs = _workers()
-    caller, kept = (
-        runs["resnet18", False, "caller thread"],
-        runs["resnet18", False, "persistent threads"],
-    )
-    return compare(caller, kept, "middle") == "slower"
+    caller, kept = (runs[workload, False, r] for r in ("caller thread", "persistent threads"))
+    return compare(caller, kept, "middle")
+
+
+def caller_thread_slower_on_resnet() -> bool:
+    return _caller_against_persistent("resnet18") == "slower"
 
 
 def caller_thread_faster_on_mlp() -> bool:
-    runs = _workers()
-    caller, kept = runs["mlp", False, "caller thread"], runs["mlp", False, "persistent threads"]
-    return compare(caller, kept, "middle") == "faster"
+    return _caller_against_persistent("mlp") == "faster"
 
 
 def control_ran_where_the_forward_is_launch_bound() -> bool:
