@@ -30,7 +30,7 @@ grader runs the same checks outside your notebook's kernel, on the values your f
 return.
 
     python -m pip install --index-url https://download.pytorch.org/whl/cpu "torch==2.13.*"
-    python -m pip install ./_package jupyterlab
+    python -m pip install "./_package[plots]" jupyterlab
     jupyter lab
 
 Without GPUs the chapters run on simulated devices on the CPU. Every push is graded by

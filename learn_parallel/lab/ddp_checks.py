@@ -9,6 +9,7 @@ per-rank means, which is the global mean's only when every rank has as many rows
 
 from __future__ import annotations
 
+import inspect
 import time
 import warnings
 from collections.abc import Sequence
@@ -172,10 +173,20 @@ def errors_worker(rank: int, world: int) -> dict[str, str]:
     return messages
 
 
+def takes_keyword(function: Any, name: str) -> bool:
+    """Whether ``function`` has a parameter called ``name`` (torch's DDP takes no ``**kwargs``)."""
+    return name in inspect.signature(function).parameters
+
+
+# torch 2.13 deprecates ``broadcast_buffers`` for this keyword; torch 2.11 has no such parameter.
+FORWARD_SYNC_BUFFERS = takes_keyword(TorchDDP.__init__, "forward_sync_buffers")
+
+
 def buffers_worker(rank: int, world: int) -> dict[str, float]:
     """A buffer that holds each rank's number, read right after wrapping: ours with
     ``broadcast_buffers=False``, and torch's with ``broadcast_buffers=False`` (deprecated in
-    2.13) and with ``forward_sync_buffers=False``, its new name for the forward broadcast."""
+    2.13) and, only where this torch takes it (`FORWARD_SYNC_BUFFERS`), with
+    ``forward_sync_buffers=False``, its new name for the forward broadcast."""
     device = rank_device(dist.get_backend(), rank)
     ids = [device.index] if device.type == "cuda" else None
     wraps = {
@@ -183,10 +194,11 @@ def buffers_worker(rank: int, world: int) -> dict[str, float]:
         "torch broadcast_buffers=False": lambda m: TorchDDP(
             m, device_ids=ids, broadcast_buffers=False
         ),
-        "torch forward_sync_buffers=False": lambda m: TorchDDP(
-            m, device_ids=ids, forward_sync_buffers=False
-        ),
     }
+    if FORWARD_SYNC_BUFFERS:
+        wraps["torch forward_sync_buffers=False"] = lambda m: TorchDDP(
+            m, device_ids=ids, forward_sync_buffers=False
+        )
     seen = {}
     for name, wrap in wraps.items():
         model = nn.Linear(2, 2).double().to(device)

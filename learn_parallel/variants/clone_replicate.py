@@ -58,9 +58,9 @@ def clone_to(module: ModuleT, device: Device) -> ModuleT:
     """A deep copy of ``module`` made on ``device``, with no autograd history.
 
     Every parameter and buffer is copied first, straight to the device; seeding
-    ``copy.deepcopy``'s memo with those copies makes the rest of the module
-    (submodules, hooks, plain attributes) a copy that points at them. The memo
-    also keeps tied weights tied: a tensor reached twice is copied once.
+    ``copy.deepcopy``'s memo with those copies makes the rest of the module (submodules,
+    hooks, plain attributes) a copy that points at them; a tensor kept as a plain attribute
+    is copied where it is, not moved. The memo keeps tied weights tied: one tensor, one copy.
     """
     memo: dict[int, object] = {}
     with torch.no_grad():

@@ -74,6 +74,23 @@ def _replicated_step_against_ddp_in_both() -> bool:
     return len(gaps) == 4 and max(gaps, key=gaps.get) == ("conv", 4) and gaps["conv", 4][1]
 
 
+def _forward_work_per_image_grows() -> bool:
+    """The GPU work in learn_parallel's first-GPU ResNet-18 forward bar, times the GPU count,
+    grows from each recorded count to the next: the slice shrinks, its work per image grows."""
+    import statistics
+
+    from _recorded_findings import _recorded
+
+    recorded, group = _recorded(), "conv-cudnn-benchmark-off"
+    totals = []
+    for n in sorted({r["devices"] for r in recorded.bench_results(group)}):
+        timeline = recorded.bench_timeline(group, "learn_parallel", n)
+        first = next(row for row in timeline.devices() if row != "host")
+        work = [r.gpu_ms for r in timeline.records if r.device == first and r.phase == "forward"]
+        totals.append(n * statistics.median(work))
+    return len(totals) > 1 and all(a < b for a, b in zip(totals, totals[1:]))
+
+
 CLAIMS: list[Claim] = [
     Claim(
         "performance",
@@ -254,5 +271,13 @@ CLAIMS: list[Claim] = [
         "the all-reduce starts when the last device's backward graph ends",
         lambda: _step_graphs_all_reduce_is_after_backward(),
         "ladder.json of every recorded machine: step_graphs' timelines",
+    ),
+    Claim(
+        "performance",
+        "and on ResNet-18 it does (the GPU work in learn_parallel's\nfirst-GPU forward bar, "
+        "printed under the phase breakdown at each count, times the count, grows\nas the slice "
+        "shrinks)",
+        lambda: _forward_work_per_image_grows(),
+        BENCH + ": its learn_parallel timelines",
     ),
 ]

@@ -73,9 +73,9 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "performance",
-        "with it off (this bullet's runs), a whole forward's first call in a new\n  thread, "
+        "With it off (this bullet's runs), a whole forward's first call in a new\n  thread, "
         "timed alone, accounts for more than half of the new threads' extra host time but not\n"
-        "  all, the profile finds most of that time inside the convolution calls",
+        "  all, and the profile finds most of that time inside the convolution calls",
         findings.whole_forward_probe_accounts_for_most_with_benchmark_off,
         WORKERS + ": first_call, profile and runs",
     ),
@@ -95,7 +95,7 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "performance",
-        "With it off, the same sum\naccounts for less than half of that extra time",
+        "With `cudnn.benchmark` off, the same sum\naccounts for less than half of that extra time",
         findings.probe_accounts_for_under_half_with_benchmark_off,
         WORKERS + ": first_call, profile and runs",
     ),

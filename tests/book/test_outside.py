@@ -7,17 +7,13 @@
   (``learn_parallel/...``, ``torch/...``), never the machine's absolute paths
   (``book/_ext/short_tracebacks.py``, loaded into every kernel the build starts).
 * the ladder plot labels every bar, and says so when a run has no DDP rung.
-* the teacher's guide, opened where learn_parallel is missing (Colab), installs it with the
-  extras whose packages it and the classroom package import.
 """
 
-import ast
 import json
 import os
 import re
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -47,7 +43,6 @@ def test_an_install_uses_the_shipped_copies_or_says_what_to_fetch(monkeypatch, t
 
 def test_setup_py_ships_the_chapters_without_outputs():
     import importlib.util
-    import json
 
     spec = importlib.util.spec_from_file_location("learn_parallel_setup", ROOT / "setup.py")
     setup = importlib.util.module_from_spec(spec)
@@ -173,61 +168,3 @@ def test_the_ladder_plot_labels_every_bar_and_names_its_reference():
         plt.close(fig)
     ok = [t.get_text() for t in bridges.plot_ladder(live, kind, "t").axes[0].texts]
     assert all(t.endswith(" ms") or not t[0].isdigit() for t in ok)
-
-
-def _imported(source: str) -> set[str]:
-    """The top-level modules ``source`` imports, without the standard library's."""
-    found = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            found.add(node.module.split(".")[0])
-    return found - set(sys.stdlib_module_names)
-
-
-def _with_dependencies(names: set[str]) -> set[str]:
-    """``names`` and every distribution they require, as installed here (canonical names)."""
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
-    todo, seen = [canonicalize_name(n) for n in names], set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        try:
-            required = metadata.requires(name) or []
-        except metadata.PackageNotFoundError:
-            continue
-        for requirement in map(Requirement, required):
-            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
-                todo.append(canonicalize_name(requirement.name))
-    return seen
-
-
-def test_the_teachers_guide_installs_the_extras_whose_packages_it_imports():
-    tomllib = pytest.importorskip("tomllib")
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
-    cells = json.loads((ROOT / "book" / "teaching.ipynb").read_text())["cells"]
-    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
-    install = re.search(r'"(learn-parallel\[[\w,]+\]) @ \{REPO\}"', code[0])
-    assert install, "the guide's first cell installs learn_parallel without its extras"
-    extras = Requirement(install.group(1)).extras
-    optional = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"
-    ]
-    asked = {Requirement(r).name for extra in extras for r in optional[extra]}
-    provided = _with_dependencies(asked)
-    modules = set().union(*map(_imported, code))
-    for path in (ROOT / "learn_parallel" / "classroom").rglob("*.py"):
-        modules |= _imported(path.read_text())
-    distributions = metadata.packages_distributions()
-    for module in sorted(modules - {"learn_parallel", "torch"}):
-        if module not in distributions:
-            continue  # not installed here: nothing to compare with
-        names = {canonicalize_name(d) for d in distributions[module]}
-        assert names & provided, f"the guide's extras {sorted(extras)} do not install {module}"

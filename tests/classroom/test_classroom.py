@@ -546,7 +546,7 @@ def test_a_failing_check_names_the_misplaced_piece_in_one_line():
 
     with pytest.raises(CheckFailed) as failure:
         check("scatter-dict", split_batch)
-    assert "3 rows, piece 1: 'x' is on sim:0, expected sim:1" in str(failure.value)
+    assert "3-row batch, piece 1: 'x' is on sim:0, expected sim:1" in str(failure.value)
     assert failure.value._render_traceback_() == [f"CheckFailed: {failure.value}"]
 
 

@@ -22,7 +22,7 @@ def batch_mean(fn) -> str:
         )
         got, expected = fn(losses, rows), per_row.mean()
         assert torch.allclose(torch.as_tensor(got), expected), (
-            f"{rows} rows: got {float(got):.4f}, expected {expected:.4f}"
+            f"{rows}-row batch: got {float(got):.4f}, expected {expected:.4f}"
         )
     return "every batch size weighs its slices right"
 

@@ -44,10 +44,10 @@ def rows_per_replica(fn) -> str:
         model.seen.append([-1])  # left over from an earlier call: the answer must clear it
         got, seen = observe(_rows_and_seen, fn, dp, batch)
         expected = _slices(batch, len(here.devices))
-        assert got == expected, f"{batch} rows: expected {expected}, got {got}"
+        assert got == expected, f"{batch}-row batch: expected {expected}, got {got}"
         rows = sorted(r for ids in seen for r in ids)
         assert rows == list(range(batch)), (
-            f"rows_per_replica(dp, {batch}) must clear dp.module.seen, run dp on {batch} rows "
+            f"rows_per_replica(dp, {batch}) must clear dp.module.seen, run dp on that batch "
             f"(with row_ids) and count what it recorded; seen holds {seen}"
         )
     return f"{fn(dp, 7)} for 7 rows"

@@ -30,7 +30,7 @@ def sequential_apply(fn) -> str:
     with forbid(*learn_parallel_functions()):
         got = fn(reps, args)
         got_kw = fn(reps, [()] * len(pieces), kw)
-    assert len(got) == len(expected), f"{len(got)} outputs, expected {len(expected)}"
+    assert len(got) == len(expected), f"output count {len(got)}, expected {len(expected)}"
     same_places(got, expected, "output")
     same_places(got_kw, expected, "output (with kwargs_tup)")
     assert all(torch.equal(a, b) for a, b in zip(got, expected)), "outputs differ"

@@ -30,7 +30,7 @@ def extra_bytes(fn) -> str:
     for n in range(1, len(here.devices) + 1):
         expected = measured_extra_bytes(m, here.ids[:n])
         got = fn(m, n)
-        assert got == expected, f"{n} devices: replicate allocated {expected} bytes, you said {got}"
+        assert got == expected, f"n={n}: replicate allocated {expected} bytes, you said {got}"
     return f"e.g. {expected} bytes for {len(here.devices)} devices"
 
 

@@ -42,14 +42,14 @@ def split_batch(fn) -> str:
         with Moves() as moves, forbid(*learn_parallel_functions()):
             got = fn(batch, here.ids)
         assert len(got) == len(expected), (
-            f"{rows} rows: {len(got)} pieces, expected {len(expected)}"
+            f"{rows}-row batch: piece count {len(got)}, expected {len(expected)}"
         )
         for i, (e, g) in enumerate(zip(expected, got)):
             assert isinstance(g, dict) and e.keys() == g.keys(), (
-                f"{rows} rows, piece {i}: expected a dict with keys {sorted(e)}"
+                f"{rows}-row batch, piece {i}: expected a dict with keys {sorted(e)}"
             )
             for key in e:
-                where, wanted = f"{rows} rows, piece {i}", here.torch_device(i)
+                where, wanted = f"{rows}-row batch, piece {i}", here.torch_device(i)
                 assert isinstance(g[key], torch.Tensor), f"{where}: {key!r} is not a tensor"
                 assert g[key].device == wanted, (  # before comparing: equal() mixes devices
                     f"{where}: {key!r} is on {g[key].device}, expected {wanted} "

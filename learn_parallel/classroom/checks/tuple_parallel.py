@@ -27,11 +27,11 @@ def collate_dicts(fn) -> str:
             for rows in range(n, 13):
                 items, pieces = _items(rows), fn(_items(rows), n)
                 assert isinstance(pieces, tuple) and len(pieces) == n, (
-                    f"{rows} rows, n={n}: expected a tuple of {n} dicts"
+                    f"{rows}-row batch, n={n}: expected a tuple of {n} dicts"
                 )
                 index_pieces = torch.arange(rows).tensor_split(n)
                 for k, (piece, index) in enumerate(zip(pieces, index_pieces)):
-                    where = f"{rows} rows, n={n}, piece {k}"
+                    where = f"{rows}-row batch, n={n}, piece {k}"
                     x = torch.stack([items[i]["x"] for i in index])
                     assert torch.equal(piece["x"], x), f"{where}: wrong x"
                     labels = torch.tensor([items[i]["label"] for i in index])
