@@ -190,7 +190,7 @@ class SimTensor(torch.Tensor):
             for other in found:
                 if other != here:
                     if plan.foreach and len({t.device for t in args[0]}) > 1:
-                        # As CUDA: lists that span devices take a slower path, a device at a time.
+                        # A slower path, as on CUDA (CUDA's goes per tensor; this one per device).
                         return foreach_per_device(func, args, kwargs, given)
                     raise RuntimeError(
                         f"Expected all tensors to be on the same device, but found at least "

@@ -233,6 +233,25 @@ def frees_come_to_about_one_per_search_and_gpu() -> bool:
     return 0.9 <= frees / (RESNET18_CONV_SHAPES * gpus * gpus) <= 1.2
 
 
+def benchmark_extra_is_the_operators_own_work() -> bool:
+    """cudnn.benchmark on: the fresh threads' extra cudaFree, cudaMalloc and synchronizations
+    took under a tenth of the convolution's extra CPU time, and so did all the operator calls
+    (CPU minus self); its extra self time per replica thread is over half the forwards' extra."""
+    (workers,) = _each("persistent_workers.json")
+    rows = {r["name"]: r for r in workers["profile"]["diff"]["cudnn.benchmark on"]}
+    named = ("cudaFree", "cudaMalloc", "cudaDeviceSynchronize", "cudaEventSynchronize")
+    spent = sum(rows[n]["extra_cpu_us"] for n in named)
+    events = workers["profile"]["events"]
+    fresh, kept = (
+        events[f"{k}, cudnn.benchmark on"]["aten::cudnn_convolution"]
+        for k in ("fresh threads", "persistent")
+    )
+    extra = fresh["cpu_us"] - kept["cpu_us"]
+    inner = (fresh["cpu_us"] - fresh["self_cpu_us"]) - (kept["cpu_us"] - kept["self_cpu_us"])
+    own, forwards = _fresh_extras(workers, "on", "self_cpu_us")
+    return spent < extra / 10 and 0 <= inner < extra / 10 and own > forwards / 2
+
+
 def convolution_own_time_holds_nearly_all_with_benchmark_off() -> bool:
     """cudnn.benchmark off: the fresh threads' extra self CPU time in aten::cudnn_convolution,
     per replica thread, is over 90% of the forwards' extra host time (and not above it); conv1's

@@ -41,13 +41,13 @@ def test_the_guide_says_what_changed_since_the_recorded_grading_run():
     new = [cell for cell in now if cell not in then]
     assert new and len(now) >= len(then) and sum(map(len, now)) > sum(map(len, then))
     assert any("scatter_kwargs(" in cell and '"mask"' in cell for cell in new), new
-    # The grader changed in the wording of strings alone, each change named in the guide.
-    assert "has changed only in the wording of strings (a note of `grade`" in guide
+    # The grader changed in strings alone, each change named in the guide.
+    assert "has changed only in strings (a note of `grade`" in guide
     named = {
         "__main__.py": "a note of `grade`",
         "track.py": "a track task's hint",
         "checks/scatter.py": "failure messages of some checks",
-        "handouts.py": "the install line in the students' README",
+        "handouts.py": "the students' install line, in their README and workflow",
     }
     changed = _git("diff", "--name-only", commit, "--", "learn_parallel/classroom/").split()
     changed = [name.removeprefix("learn_parallel/classroom/") for name in changed]
@@ -59,6 +59,13 @@ def test_the_guide_says_what_changed_since_the_recorded_grading_run():
         now = (ROOT / "learn_parallel" / "classroom" / name).read_text()
         assert _without_strings(then) == _without_strings(now), name
     assert all(name in changed for name in named), changed
+    # One of those strings, the students' install line, now adds the plots extra, in the
+    # README handouts writes and in the workflow it copies.
+    assert "which now adds the plots extra" in guide
+    for path in ("learn_parallel/classroom/handouts.py", ".github/classroom/autograde.yml"):
+        then, now = _git("show", f"{commit}:{path}"), (ROOT / path).read_text()
+        assert "pip install ./_package " in then and "./_package " not in now, path
+        assert 'pip install "./_package[plots]" ' in now, path
 
 
 def _without_strings(source: str) -> str:

@@ -72,6 +72,13 @@ def test_output_device_may_be_the_cpu():
         assert dp.output_device == Device("cpu")
 
 
+def test_the_attributes_are_devices_not_torchs_ints():
+    dp = lp.DataParallel(nn.Linear(2, 2), [0, 1], output_device=-1)
+    assert isinstance(dp.output_device, Device)
+    assert dp.output_device != -1  # torch's DataParallel stores -1 here
+    assert not hasattr(dp, "src_device_obj")  # torch's name for what is `src_device` here
+
+
 def test_output_device_defaults_to_the_first_id():
     dp = lp.DataParallel(nn.Linear(2, 2), [2, 0])
     assert dp.output_device == Device("sim", 2)
