@@ -39,6 +39,12 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "devices",
+        "Both ran without an error on two H200 GPUs with the chapters\nof `6f652e5`",
+        findings.devices_chapter_ran_on_two_gpus,
+        "book/data/logs/checks-2026-11-29/2gpu-6f652e5/",
+    ),
+    Claim(
+        "devices",
         "disagree on the fastest GPU and on the\nslowest: cuda:0, the GPU the loop times first, "
         "is the fastest in the first run and the slowest\nin the second",
         findings.matmul_runs_disagree_on_the_fastest_and_the_slowest_gpu,

@@ -173,6 +173,18 @@ def devices_chapter_ran_on_four_gpus() -> bool:
     return bool(found) and "4 devices: cuda:0 (NVIDIA H200)" in block and "4 GPUs:" in block
 
 
+def devices_chapter_ran_on_two_gpus() -> bool:
+    """The 2-GPU call of 6f652e5: the devices chapter ok among 17 of 17, on two H200s."""
+    folder = LOGS / "checks-2026-11-29" / "2gpu-6f652e5"
+    log = (folder / "notebooks-call.log").read_text()
+    gpus = (folder / "nvidia-smi.txt").read_text()
+    return (
+        "\ndevices.ipynb: ok (" in log
+        and "17 of 17 chapters ok" in log
+        and gpus.count("NVIDIA H200") == 2
+    )
+
+
 def one_gpu_run_executed_every_chapter() -> bool:
     """notebooks-1gpu-fd11fe4.log: 17 chapters, each ok, beside one GPU."""
     log = (LOGS / "earlier" / "notebooks-1gpu-fd11fe4.log").read_text()
