@@ -88,8 +88,8 @@ class DataParallel(nn.Module):
         return f"devices=[{devices}]{simulated}, output_device={self.output_device}, dim={self.dim}"
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
-        # scatter and replicate take int device ids, as torch.nn.DataParallel's do, so a
-        # subclass written for torch overrides them unchanged.
+        # scatter and replicate take int device ids, as torch.nn.DataParallel's do; an override
+        # of replicate also takes over the source-device check it makes on several devices.
         with record_function("learn_parallel.DataParallel.forward"):
             if len(self.devices) == 1:  # on several, replicate checks before it copies
                 check_on_source_device(self.module, self.src_device, copies=False)

@@ -154,7 +154,7 @@ class DistributedDataParallel(nn.Module):
         with self._on_comm_stream():
             # A phase mark (a no-op unless a recorder listens) that stays open until
             # the all-reduce is done: at once on GPUs (on the side stream), at the
-            # end of backward on the CPU, where gloo can only be waited for.
+            # end of backward on the CPU, where this DDP waits for gloo in `_finish`.
             bucket.timing = phase(f"all-reduce {bucket.index}", self.device)
             bucket.timing.__enter__()
             bucket.work = dist.all_reduce(bucket.flat, group=self.group, async_op=True)

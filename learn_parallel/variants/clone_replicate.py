@@ -49,6 +49,8 @@ class ReduceAddEdge(Function):
         # libtorch: zeros on the destination, then add every input copied there
         # ("TODO: use nccl reduce"). Plain differentiable ops, so that under
         # create_graph=True this backward is itself recorded: double backward works.
+        # The None test is only defensive: materialize_grads (on by default) hands an
+        # unused clone's gradient in as zeros.
         present = [g.to(ctx.source) for g in grads if g is not None]
         total = torch.stack(present).sum(0) if present else None
         return (None, total, *([None] * len(grads)))

@@ -113,6 +113,12 @@ CLAIMS: list[Claim] = [
         "chapters.json: replicate_copy; floors.json: collectives",
     ),
     Claim(
+        "replicate",
+        "in NCCL 2.28.9 (the version `floors.json` names on the same\nhost)",
+        findings.replicate_bars_ran_with_nccl_2_28_9,
+        "floors.json: collectives; chapters.json",
+    ),
+    Claim(
         "distributed",
         "On both\nworkloads the difference printed is more than two gradient copies",
         findings.ddp_peak_gap_is_more_than_two_gradient_copies,

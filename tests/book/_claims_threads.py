@@ -127,8 +127,9 @@ CLAIMS: list[Claim] = [
     Claim(
         "ladder",
         "the performance chapter's profile puts nearly all of the fresh threads' extra host time "
-        "in the convolution operator's own code, where the plan is looked up and, in a new "
-        "thread, built; its probes of first calls in a new thread account for part of it, "
+        "in the convolution operator's self time (its own code, where the plan is looked up, "
+        "the cuDNN calls that build it in a new thread, and any lock waits, which the profile "
+        "does not split); its probes of first calls in a new thread account for part of it, "
         "`conv1` summed over the shapes for under half, a whole forward for more than half but "
         "not all",
         findings.convolution_own_time_holds_nearly_all_with_benchmark_off,
@@ -148,8 +149,9 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "performance",
-        "Most of the new\n  threads' extra time is host work in the convolution operator's own "
-        "code, not in the trials'\n  synchronizations nor in the `cudaFree` and `cudaMalloc` "
+        "Most of the new\n  threads' extra time is spent in the convolution operator itself "
+        "(the profiler's self time,\n  which holds the cuDNN calls and any lock waits inside "
+        "it), not in the trials'\n  synchronizations nor in the `cudaFree` and `cudaMalloc` "
         "calls",
         findings.benchmark_extra_is_the_operators_own_work,
         WORKERS + ": its profile and runs",

@@ -1,4 +1,5 @@
-"""The claims on the variants' chapters (tuple_parallel, options, libtorch_replicate),
+"""The claims on the variants' chapters (tuple_parallel, options, libtorch_replicate; the
+ladder's `host` column),
 each with its check in `_findings_variants`; the glossary's lines of a torch header are
 checked here too, the way libtorch_replicate's are.
 """
@@ -10,6 +11,19 @@ from _claim import Claim
 from _recorded_findings import _recorded
 
 CLAIMS: list[Claim] = [
+    Claim(
+        "ladder",
+        "on 4 GPUs the host time of every rung but\nthe two whole-step graphs (`step_graphs` "
+        "and the reference) is within a tenth of its step",
+        findings.ladder_host_near_step_on_four_gpus_only,
+        "ladder.json of every machine: host_ms",
+    ),
+    Claim(
+        "ladder",
+        "on 2 GPUs every one is further below\nits step",
+        findings.ladder_host_near_step_on_four_gpus_only,
+        "ladder.json of every machine: host_ms",
+    ),
     Claim(
         "options",
         "keeping the feature map scattered was the faster chain at every device\n"

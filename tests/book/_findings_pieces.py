@@ -69,6 +69,17 @@ def nccl_calls_set_the_replicate_bars() -> bool:
     return shares and nearer
 
 
+def replicate_bars_ran_with_nccl_2_28_9() -> bool:
+    """floors.json names NCCL 2.28.9, and it and chapters.json (the replicate bars) were recorded
+    at one commit, on one machine, with one torch build."""
+    from learn_parallel.lab import records
+
+    machine = _recorded().machine
+    floor, bars = (records.read_json(n, machine) for n in ("floors.json", "chapters.json"))
+    same = all(floor[k] == bars[k] for k in ("commit", "machine", "torch_version"))
+    return same and floor["collectives"]["nccl_version"] == "2.28.9"
+
+
 def broadcast_coalesced_is_two_nccl_calls() -> bool:
     """floors.json (the chapters' machine): a broadcast's floor (the bytes once at the first
     GPU's fastest link) is a third of the copies' (n - 1 = 3 copies at the links' harmonic

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,22 @@ from _book import BOOK
 from _recorded_findings import _each, _recorded
 
 from learn_parallel.lab.spread import compare
+
+
+def ladder_host_near_step_on_four_gpus_only() -> bool:
+    """Every rung with a host time, but the two whole-step graphs, has it within a tenth of its
+    step (the median of its rounds) on 4 GPUs, and below that on 2 GPUs."""
+    shares: dict[int, list[float]] = {}
+    for ladder in _each("ladder.json"):
+        for row in ladder["rows"]:
+            if "host_ms" in row and row["rung"] not in ("step_graphs", "one_thread_reference"):
+                step = statistics.median(row["repeats"])
+                shares.setdefault(row["devices"], []).append(row["host_ms"] / step)
+    return (
+        sorted(shares) == [2, 4]
+        and all(s >= 0.9 for s in shares[4])
+        and all(s < 0.9 for s in shares[2])
+    )
 
 
 def clone_costs_more_host_time() -> bool:
