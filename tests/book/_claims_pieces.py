@@ -71,10 +71,9 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "intro",
-        "every\nchapter ran on a host with one of its H200 GPUs visible "
-        "(`CUDA_VISIBLE_DEVICES=0`): 17 of 17\nexecuted",
+        "every chapter ran on a machine with one H200 GPU (torch 2.11): 17 of 17\nexecuted",
         findings.one_gpu_run_executed_every_chapter,
-        "book/data/logs/earlier/notebooks-1gpu-fd11fe4.log",
+        "book/data/logs/checks-2026-11-29/1gpu-6d94f9a/",
     ),
     Claim(
         "replicate",
@@ -120,7 +119,7 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "distributed",
-        "On both\nworkloads the difference printed is more than two gradient copies",
+        "on both\nworkloads the difference printed is more than two.",
         findings.ddp_peak_gap_is_more_than_two_gradient_copies,
         "distributed.json",
     ),

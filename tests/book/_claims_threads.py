@@ -74,8 +74,9 @@ CLAIMS: list[Claim] = [
     Claim(
         "performance",
         "With it off (this bullet's runs), a whole forward's first call in a new\n  thread, "
-        "timed alone, accounts for more than half of the new threads' extra host time but not\n"
-        "  all, and the profile finds most of that time inside the convolution calls",
+        "timed alone on 256 rows (a replica's share of the step: 128), accounts for more than\n"
+        "  half of the new threads' extra host time but not all, and the profile finds most of "
+        "that time\n  inside the convolution calls",
         findings.whole_forward_probe_accounts_for_most_with_benchmark_off,
         WORKERS + ": first_call, profile and runs",
     ),
@@ -88,7 +89,7 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "performance",
-        "With `cudnn.benchmark` on, the probe's cost times the shapes is of the order of the "
+        "with `cudnn.benchmark` on, the probe's cost times the shapes is of the order of the "
         "fresh\nthreads' extra time (below it)",
         findings.probe_accounts_for_under_half_with_benchmark_off,
         WORKERS + ": first_call, profile and runs",
@@ -118,8 +119,9 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "ladder",
-        "the performance chapter's one-shape probe, summed over the model's\nshapes, accounts "
-        "for less than half of the new threads' extra host time; a whole ResNet-18\nforward, "
+        "the performance chapter's one-shape probe (on 256 rows, where a\nreplica's share of "
+        "that step is 128), summed over the model's shapes, accounts for less than half of "
+        "the new threads' extra host time; a whole ResNet-18\nforward, "
         "probed the same way, pays more than that sum in its first call in a new thread",
         findings.whole_forward_pays_more_than_the_probe_sum,
         WORKERS + ": first_call, profile and runs",
@@ -129,7 +131,8 @@ CLAIMS: list[Claim] = [
         "the performance chapter's profile puts nearly all of the fresh threads' extra host time "
         "in the convolution operator's self time (its own code, where the plan is looked up, "
         "the cuDNN calls that build it in a new thread, and any lock waits, which the profile "
-        "does not split); its probes of first calls in a new thread account for part of it, "
+        "does not split); its probes of first calls in a new thread (on 256 rows, where a "
+        "replica's share of that step is 128) account for part of it, "
         "`conv1` summed over the shapes for under half, a whole forward for more than half but "
         "not all",
         findings.convolution_own_time_holds_nearly_all_with_benchmark_off,
@@ -164,6 +167,24 @@ CLAIMS: list[Claim] = [
         WORKERS + ": its profile and runs",
     ),
     Claim(
+        "performance",
+        "on 256 rows (a replica's share of the step: 128)",
+        findings.probes_ran_on_256_rows_against_a_128_row_share,
+        WORKERS + ": first_call and hardware",
+    ),
+    Claim(
+        "performance",
+        "Each line names\nthe probes' rows, twice one replica's share in the step",
+        findings.probes_ran_on_256_rows_against_a_128_row_share,
+        WORKERS + ": first_call and hardware",
+    ),
+    Claim(
+        "ladder",
+        "(on 256 rows, where a replica's share of that step is 128)",
+        findings.probes_ran_on_256_rows_against_a_128_row_share,
+        WORKERS + ": first_call and hardware",
+    ),
+    Claim(
         "glossary",
         "With `benchmark` on, a search for every\nconvolution shape in every new thread fits "
         "the extra time it measures for torch's DataParallel",
@@ -180,8 +201,8 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "glossary",
-        "that chapter's one-shape probe, summed over ResNet-18's convolution shapes, comes\n"
-        "to less than half of the new threads' extra host time",
+        "one-shape probe (on 256 rows, twice a replica's\nshare), summed over ResNet-18's "
+        "convolution shapes, comes to less than half of\nthe new threads' extra host time",
         lambda: all(s < 0.5 for s in findings._probe_shares("off")),
         WORKERS + ": first_call, profile and runs",
     ),

@@ -197,13 +197,16 @@ def devices_chapter_ran_on_two_gpus() -> bool:
 
 
 def one_gpu_run_executed_every_chapter() -> bool:
-    """notebooks-1gpu-fd11fe4.log: 17 chapters, each ok, beside one GPU."""
-    log = (LOGS / "earlier" / "notebooks-1gpu-fd11fe4.log").read_text()
+    """checks-2026-11-29/1gpu-6d94f9a: 17 chapters, each ok, on one H200 with torch 2.11."""
+    folder = LOGS / "checks-2026-11-29" / "1gpu-6d94f9a"
+    log = (folder / "notebooks.log").read_text()
     ran = re.findall(r"^(\S+\.ipynb): (\S+)", log, re.MULTILINE)
     return (
         len(ran) == 17
         and all(status == "ok" for _, status in ran)
         and "as this machine has 1 GPU" in log
+        and (folder / "nvidia-smi.txt").read_text().count("NVIDIA H200") == 1
+        and (folder / "versions.txt").read_text().startswith("2.11.")
     )
 
 

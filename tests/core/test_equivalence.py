@@ -136,6 +136,32 @@ def test_source_device_check_names_the_tensor_and_the_fix():
         dp(torch.ones(4, 2))
 
 
+def test_source_device_check_on_several_devices_runs_in_replicate_after_scatter():
+    calls = []
+
+    class Own(lp.DataParallel):
+        def scatter(self, inputs, kwargs, device_ids):
+            calls.append("scatter")
+            return super().scatter(inputs, kwargs, device_ids)
+
+        def replicate(self, module, device_ids):
+            calls.append("replicate")
+            raise LookupError("replicate without the parent's")
+
+    net = nn.Linear(2, 2).to(SIM[0])
+    parent, own, own_one = lp.DataParallel(net, [0, 1]), Own(net, [0, 1]), Own(net, [0])
+    net.bias = nn.Parameter(torch.zeros(2, device="meta"))  # misplaced after wrapping
+    with pytest.raises(RuntimeError, match="parameter 'bias' is on meta"):
+        parent(torch.ones(4, 2))  # the parent's replicate checks
+    with pytest.raises(LookupError):  # no check before the override: it is the first to fail
+        own(torch.ones(4, 2))
+    assert calls == ["scatter", "replicate"]
+    calls.clear()
+    with pytest.raises(RuntimeError, match="parameter 'bias' is on meta"):
+        own_one(torch.ones(4, 2))  # one device: forward checks, before scatter
+    assert calls == []
+
+
 def test_no_grad_forward_builds_no_graph():
     net = nn.Linear(3, 1).to(SIM[0])
     with torch.no_grad():
