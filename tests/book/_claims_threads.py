@@ -73,10 +73,11 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "performance",
-        "With it off (this bullet's runs), a whole forward's first call in a new\n  thread, "
-        "timed alone on 256 rows (a replica's share of the step: 128), accounts for more than\n"
-        "  half of the new threads' extra host time but not all, and the profile finds most of "
-        "that time\n  inside the convolution calls",
+        "With it off (as in this bullet's runs), in the persistent-workers run\n  on 4 GPUs a "
+        "whole forward's first call in a new thread, timed alone on 256 rows (a replica's\n  "
+        "share of that step: 128), accounts for more than half of the new threads' extra host "
+        "time but not all, and the profile finds most of that time\n  inside the convolution "
+        "calls",
         findings.whole_forward_probe_accounts_for_most_with_benchmark_off,
         WORKERS + ": first_call, profile and runs",
     ),
@@ -168,7 +169,8 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "performance",
-        "on 256 rows (a replica's share of the step: 128)",
+        "persistent-workers run\n  on 4 GPUs a whole forward's first call in a new thread, "
+        "timed alone on 256 rows (a replica's\n  share of that step: 128)",
         findings.probes_ran_on_256_rows_against_a_128_row_share,
         WORKERS + ": first_call and hardware",
     ),

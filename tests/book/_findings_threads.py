@@ -165,13 +165,13 @@ def whole_forward_pays_more_than_the_probe_sum() -> bool:
 
 def probes_ran_on_256_rows_against_a_128_row_share() -> bool:
     """The whole-forward probes' keys name 256 rows (conv1's probe runs on as many:
-    experiments/worker_probes.py), and the profiled step's batch over the GPUs is 128 rows."""
+    experiments/worker_probes.py), and the profiled step's batch over its 4 GPUs is 128 rows."""
     (workers,) = _each("persistent_workers.json")
     keys = [w for w in workers["first_call"] if w.startswith("resnet18 forward")]
     rows = {re.search(r"(\d+) rows", k).group(1) for k in keys}
     batch = int(re.search(r"batch (\d+)", workers["profile"]["workload"]).group(1))
-    share = batch // workers["hardware"]["device_count"]
-    return len(keys) == 2 and rows == {"256"} and share == 128
+    gpus = workers["hardware"]["device_count"]
+    return len(keys) == 2 and rows == {"256"} and gpus == 4 and batch // gpus == 128
 
 
 def _caller_against_persistent(workload: str) -> str:

@@ -106,6 +106,8 @@ HEADER_LINES: dict[tuple[str, int, int], tuple[str, tuple[str, ...], str]] = {
     (_DP, 60, 97): ("struct ReduceAdd", ("// TODO: use nccl reduce",), "};"),
     (_DP, 67, 69): ("TORCH_CHECK(", ("compute_requires_grad(inputs)",), "ReduceAdd can only"),
     (_DP, 104, 139): ("template", ("set_history(replicas[i]->parameters_",), "}"),
+    (_DP, 109, 116): ("for (auto& parameter", ("set_history(replicas[i]->parameters_",), "}"),
+    (_DP, 118, 119): ("for (auto& buffer", (), "if (buffer.value().requires_grad())"),
     (_DP, 147, 161): ("template", ("module->clone(device)", "return replicas;"), "}"),
     (_DP, 184, 187): ("/// 2. If a list of devices", ("current default device",), "device."),
     (_DP, 188, 237): ("template", ("at::parallel_for(", "return outputs;"), "}"),
