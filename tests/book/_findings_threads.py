@@ -60,13 +60,21 @@ def fresh_threads_cost_most_on_resnet_with_benchmark() -> bool:
     )
 
 
+def _convolution_rows(workers: dict, setting: str) -> tuple[dict, dict]:
+    """The profile's aten::cudnn_convolution rows, fresh threads and persistent ones, with
+    cudnn.benchmark ``setting`` ("on" or "off")."""
+    events = workers["profile"]["events"]
+    return tuple(
+        events[f"{k}, cudnn.benchmark {setting}"]["aten::cudnn_convolution"]
+        for k in ("fresh threads", "persistent")
+    )
+
+
 def fresh_threads_pay_host_time_in_the_convolution() -> bool:
     """With cudnn.benchmark off, the profiled cuDNN convolution has as many calls and the same
     GPU time (within a tenth) in both runners, and over five times the CPU time in fresh ones."""
     (workers,) = _each("persistent_workers.json")
-    events = workers["profile"]["events"]
-    fresh = events["fresh threads, cudnn.benchmark off"]["aten::cudnn_convolution"]
-    kept = events["persistent, cudnn.benchmark off"]["aten::cudnn_convolution"]
+    fresh, kept = _convolution_rows(workers, "off")
     same_gpu = abs(fresh["gpu_us"] - kept["gpu_us"]) <= 0.1 * kept["gpu_us"]
     return fresh["count"] == kept["count"] and same_gpu and fresh["cpu_us"] > 5 * kept["cpu_us"]
 
@@ -91,11 +99,7 @@ def _probe_shares(setting: str) -> list[float]:
 def _fresh_extras(workers: dict, setting: str, field: str) -> tuple[float, float]:
     """The fresh threads' extra over persistent ones, in ms: ``field`` of the profile's
     aten::cudnn_convolution row per replica thread, and the ResNet-18 forwards' host time."""
-    events = workers["profile"]["events"]
-    fresh, kept = (
-        events[f"{k}, cudnn.benchmark {setting}"]["aten::cudnn_convolution"][field]
-        for k in ("fresh threads", "persistent")
-    )
+    fresh, kept = (row[field] for row in _convolution_rows(workers, setting))
     per_thread = (fresh - kept) / 1e3 / workers["hardware"]["device_count"]
     runs = {(r["workload"], r["cudnn_benchmark"], r["runner"]): r for r in workers["runs"]}
     on = setting == "on"
@@ -252,11 +256,7 @@ def benchmark_extra_is_the_operators_own_work() -> bool:
     rows = {r["name"]: r for r in workers["profile"]["diff"]["cudnn.benchmark on"]}
     named = ("cudaFree", "cudaMalloc", "cudaDeviceSynchronize", "cudaEventSynchronize")
     spent = sum(rows[n]["extra_cpu_us"] for n in named)
-    events = workers["profile"]["events"]
-    fresh, kept = (
-        events[f"{k}, cudnn.benchmark on"]["aten::cudnn_convolution"]
-        for k in ("fresh threads", "persistent")
-    )
+    fresh, kept = _convolution_rows(workers, "on")
     extra = fresh["cpu_us"] - kept["cpu_us"]
     inner = (fresh["cpu_us"] - fresh["self_cpu_us"]) - (kept["cpu_us"] - kept["self_cpu_us"])
     own, forwards = _fresh_extras(workers, "on", "self_cpu_us")
