@@ -64,7 +64,8 @@ def run(devices: Sequence[Device], steps: int, out: Path, profile: bool = True) 
     ``torch.nn.parallel.parallel_apply`` does; ``persistent threads``, one thread per
     device for the whole run (a single-worker ``ThreadPoolExecutor`` each), as
     ``learn_parallel`` does; ``caller thread``, every forward in turn in the calling
-    thread (no concurrency, one long-lived thread), a control. For ResNet-18 and the MLP
+    thread (one long-lived thread: no concurrency on the host, while the GPUs still run
+    the queued kernels at the same time), a control. For ResNet-18 and the MLP
     of `learn_parallel.lab.workloads`, with ``torch.backends.cudnn.benchmark`` off and on,
     it records the median step time and the median host time of the forwards (start of
     the first job to end of the last). Then, on the first device only, the first call of

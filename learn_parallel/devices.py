@@ -52,7 +52,7 @@ class Device:
         if self.type == "cuda":
             return torch.device("cuda", self.index)
         if self.type == SIMULATED:
-            sim.enable()  # registers the sim device type with PyTorch, once
+            sim.enable()  # once: registers the sim device type, installs the first-use patches
             return torch.device(SIMULATED, self.index)
         return torch.device("cpu")
 
@@ -144,8 +144,9 @@ def resolve_devices(
 ) -> list[Device] | Device:
     """What a user passes, as checked devices: the one place device ids are read.
 
-    ``ids`` is a ``device_ids`` list: None means every device; each id is ``1``,
-    ``"cuda:1"``, ``"sim:1"`` or a ``torch.device``; each device may be listed once
+    ``ids`` is a ``device_ids`` list or tuple (not an iterator: the checks below read it
+    twice): None means every device; each id is ``1``, ``"cuda:1"``, ``"sim:1"`` or a
+    ``torch.device``; each device may be listed once
     (``shared=True``: more often, as parallel_apply's replicas may share a device).
     With ``output=True``, ``ids`` is one ``output_device`` instead, and the CPU
     (``"cpu"`` or ``-1``) is allowed: outputs may be gathered to host memory. A list

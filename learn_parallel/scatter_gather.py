@@ -180,8 +180,9 @@ def scatter_kwargs(
 
     Splitting them as one list of leaves keeps them aligned: every replica
     that gets a slice of the batch also gets its keyword arguments, and a short
-    batch never leaves a replica with keywords but no positional inputs. An
-    error names the argument (``argument 0``, ``keyword argument 'mask'``).
+    batch never leaves a replica with keywords but no positional inputs. A size
+    mismatch names the arguments (``argument 0``, ``keyword argument 'mask'``); a ``dim`` an
+    input lacks raises torch's own ``IndexError`` from ``size``, which names none.
     """
     kwargs = kwargs or {}
     if not inputs and not kwargs:

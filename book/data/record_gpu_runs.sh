@@ -102,6 +102,6 @@ if has notebooks; then
     'python data/run_chapter.py {} "$0" > "$0/{}.log" 2>&1' "$logs/notebooks")
   cat "$logs"/notebooks/*.log > "$logs/notebooks.log"
   grep 'ipynb:' "$logs/notebooks.log"
-  echo "$(grep -c ': ok (' "$logs/notebooks.log") of $(ls book/${CHAPTERS:-*.ipynb} | wc -l) chapters ok"
+  echo "$(grep -c ': ok (' "$logs/notebooks.log") of $(cd book && ls ${CHAPTERS:-*.ipynb} | wc -l) chapters ok"
 fi
 exit 0

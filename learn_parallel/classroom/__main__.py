@@ -107,11 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(Linux, user namespaces): it sees the package read-only, its own copy of the "
         "submission and private folders, no network, no other process, none of your files. "
         "docker or podman: a container of --image. none: no sandbox, for where none can "
-        "start: then a student's code runs as you, so it can read your files, your "
-        "environment and other students' notebooks, change the package and your files for "
-        "later runs, reach the network, talk to a classmate's kernel, and leave processes "
-        "running after grading; what it cannot do is still decide a pass, hide another "
-        "submission from grading, or stop the class (the teacher's guide has the table)",
+        "start (Linux; macOS untested; not native Windows: use WSL): then a student's "
+        "code runs as you, so it can read your files, your environment and other students' "
+        "notebooks, rewrite the other jobs of the run (a classmate's score with them), change "
+        "the package and your files for later runs, reach the network, talk to a classmate's "
+        "kernel, kill the grader, and leave processes running after grading; where you can "
+        "write a folder the grader imports from (a virtual environment of your own), it can "
+        "run code in the grader and decide any pass. Grade scores that count in a sandbox "
+        "(the teacher's guide has the table)",
     )
     grade.add_argument(
         "--image", help="with --sandbox docker or podman: an image with Python, torch, nbclient"
@@ -131,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     grade.add_argument("--json", type=Path, help="also write the results here")
     grade.add_argument(
-        "--jobs", type=int, default=1, help="notebooks graded at once (default 1; one per core)"
+        "--jobs",
+        type=int,
+        default=1,
+        help="notebooks graded at once (default 1; at most one per core helps)",
     )
     grade.add_argument(
         "--classroom",

@@ -36,7 +36,8 @@ return.
 Without GPUs the chapters run on simulated devices on the CPU. Every push is graded by
 `.github/workflows/autograde.yml`: one point per exercise whose check passes. To see the
 same table yourself: `python -m learn_parallel.classroom grade . --reference . --sandbox none`
-(your own code, on your own machine: no sandbox needed)
+(your own code, on your own machine: no sandbox needed). It grades on Linux and, untested,
+on macOS; on Windows, in WSL.
 """
 
 

@@ -34,7 +34,8 @@ def hand_in(
     book: Path, out: Path, students: dict[str, str], chapter: str = "scatter", trimmed: bool = False
 ) -> list[Path]:
     """Write ``out/<student>/<chapter>.ipynb`` for each ``student: kind`` (a kind of
-    `KINDS`); ``trimmed`` keeps only the setup cell and the exercise cells (quicker)."""
+    `KINDS`); ``trimmed`` keeps only the setup cell and each exercise's stub and check cells,
+    not the prose between them (quicker to grade)."""
     book_copy = nbformat.read(Path(book) / f"{chapter}.ipynb", as_version=4)
     solutions = [ex.solutions[0] for ex in exercises(book_copy)]
     written = []

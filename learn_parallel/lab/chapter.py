@@ -3,10 +3,11 @@
 A chapter's first cell installs the package where it is missing (Colab) and then runs
 ``from learn_parallel.lab.chapter import *``. Two or more GPUs run the lessons; with one GPU
 or none they run on simulated devices (four unless ``LEARN_PARALLEL_SIMULATED_DEVICES`` says
-otherwise, never fewer than two), one CPU thread each, and a lone GPU is ``GPU`` for the
-one-device baselines. Cells that need several real GPUs ask `needs_gpus`, which says why the
-recorded run is shown instead. ``LEARN_PARALLEL_SIMULATE=1`` is set when simulating, so the
-processes a chapter starts use the same devices.
+otherwise, never fewer than two), one CPU thread each. The one-device baselines run on the
+first device of the plan, a simulated one where it simulates. A lone GPU is ``GPU``: one cell
+uses it, to time a copy to it (the devices chapter). Cells that need several real GPUs ask
+`needs_gpus`, which says why the recorded run is shown instead. ``LEARN_PARALLEL_SIMULATE=1``
+is set when simulating, so the processes a chapter starts use the same devices.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class DevicePlan:
     kind: str  # "cuda" or "sim"
     devices: list[Device]
     gpus: int  # real GPUs this process sees
-    gpu: torch.device | None  # a lone real GPU for one-device lessons, else None
+    gpu: torch.device | None  # a lone real GPU (times a copy in the devices chapter), else None
     reason: str  # one line: why these devices
     threads: str = ""  # one line: the CPU thread policy, where simulated devices time on the CPU
 
@@ -91,7 +92,8 @@ def plan_devices() -> DevicePlan:
     gpu = None
     if kind == SIMULATED and gpus == 1:
         gpu = torch.device("cuda", 0)
-        reason += f" Single-device baselines use GPU = cuda:0 ({torch.cuda.get_device_name(0)})."
+        name = torch.cuda.get_device_name(0)
+        reason += f" GPU = cuda:0 ({name}): only the devices chapter uses it, to time a copy to it."
     return DevicePlan(kind, devices, gpus, gpu, reason, one_thread_per_device())
 
 

@@ -6,7 +6,6 @@ the JSON file), returns the Figure, and names the hardware that made the numbers
 
 from __future__ import annotations
 
-import textwrap
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from learn_parallel.lab.measurement import Measurement
+from learn_parallel.lab.measurement_plots import plot_measurement  # noqa: F401 (imported from here)
 from learn_parallel.lab.timeline import HOST, PHASES, Timeline, phase_totals
 
 PHASE_COLORS = {
@@ -53,6 +52,21 @@ IMPLEMENTATION_COLORS = {
 RAN_ON_LABELS = {"cuda": "GPUs", "sim": "simulated devices", "cpu": "plain CPU processes, gloo"}
 Result = Mapping[str, Any]
 LEGEND_RIGHT = {"loc": "upper left", "bbox_to_anchor": (1.01, 1), "frameon": False}
+
+
+# The GPU-work strips: (lane, style, legend) for computation (False) and collectives (True). A
+# collective's kernel waits for its peers, so its strip can outrun its bar: drawn hatched along
+# the bar's top edge, it stays apart from the black strips along the bottom edges.
+COLLECTIVES = frozenset({"all-reduce", "broadcast buffers"})
+COLLECTIVE_STRIP = {"facecolor": "#777777", "hatch": "////", "edgecolor": "w", "linewidth": 0}
+STRIPS = {
+    False: (0.22, {"color": "k"}, "GPU work (profiler):\nits total, drawn from\nthe bar's start"),
+    True: (
+        -0.22,
+        COLLECTIVE_STRIP,
+        "a collective's NCCL\nkernel time (waits for\npeers included), along\nthe bar's top edge",
+    ),
+}
 
 
 def _color(phase: str) -> str:
@@ -107,16 +121,17 @@ def plot_timeline(
                     y, r.duration_ms, left=r.start_ms - origin, height=0.6, color=_color(r.phase)
                 )
                 if r.gpu_ms is not None:  # a total: where in the bar it ran is not recorded
-                    ax.barh(y + 0.22, r.gpu_ms, left=r.start_ms - origin, height=0.16, color="k")
+                    lane, style, _ = STRIPS[r.phase in COLLECTIVES]
+                    ax.barh(y + lane, r.gpu_ms, left=r.start_ms - origin, height=0.16, **style)
     ax.set_yticks(range(len(rows)), rows)
     ax.set_ylim(len(rows) - 0.5, -0.5)  # first device on top, half a bar of room around
     ax.set_xlabel("time since the first bar began (ms)")
     ax.grid(axis="x", alpha=0.3)
     handles = [plt.Rectangle((0, 0), 1, 1, color=_color(p)) for p in phases]
     labels = list(phases)
-    if any(r.gpu_ms is not None for r in records):
-        handles.append(plt.Rectangle((0, 0), 1, 1, color="k"))
-        labels.append("GPU work (profiler):\nits total, drawn from\nthe bar's start")
+    for kind in sorted({r.phase in COLLECTIVES for r in records if r.gpu_ms is not None}):
+        handles.append(plt.Rectangle((0, 0), 1, 1, **STRIPS[kind][1]))
+        labels.append(STRIPS[kind][2])
     ax.legend(handles, labels, **LEGEND_RIGHT)
     hw = timeline.hardware.label()
     what = title or "One training step, per device"
@@ -252,47 +267,3 @@ def _labels(results: Sequence[Result]) -> tuple[dict[str, str], set[str], str]:
     elsewhere = {impl for impl, rows in by_impl.items() if rows[0].get("ran_on") != common}
     names = ", ".join(IMPLEMENTATION_LABELS.get(i, i) for i in sorted(elsewhere))
     return labels, elsewhere, f"\n{names} ran elsewhere (see the legend): not comparable"
-
-
-def plot_measurement(live: Measurement, recorded: Measurement | None = None) -> Figure:
-    """A chapter's measurement on this machine, and beside it the same one recorded on GPUs,
-    each titled with its hardware; no shared y axis: host-clock and GPU timings differ by
-    orders of magnitude."""
-    panels = [m for m in (live, recorded) if m is not None]
-    fig, axes = plt.subplots(
-        1, len(panels), figsize=(5.2 * len(panels), 3.4), layout="constrained", squeeze=False
-    )
-    same_title = all(m.title == live.title for m in panels)
-    for ax, m, where in zip(axes[0], panels, ("this machine", "recorded")):
-        _draw_measurement(ax, m)
-        # A different problem size per panel: each title over its own panel, wrapped (the
-        # sizes after a colon on a line of their own) so that two long titles do not overlap.
-        wrapped = ":\n".join(textwrap.fill(part, 60) for part in m.title.split(": ", 1))
-        what = "" if same_title else f"{wrapped}\n"
-        ax.set_title(f"{what}{where}: {m.hardware}", fontsize=9)
-    if same_title:
-        fig.suptitle(live.title, fontsize=10)
-    return fig
-
-
-def _draw_measurement(ax: Any, m: Measurement) -> None:
-    names = list(m.series)
-    if m.numeric_x:
-        xs = [float(v) for v in m.x]
-        for k, name in enumerate(names):
-            ax.plot(xs, m.series[name], marker="o", color=f"C{k}", label=name)
-        if min(xs) > 0 and max(xs) / min(xs) > 20:  # counts over decades: even spacing
-            ax.set_xscale("log")
-        ax.set_xticks(xs, m.x)
-    else:
-        width = 0.8 / len(names)
-        for k, name in enumerate(names):
-            xs = [i - 0.4 + width * (k + 0.5) for i in range(len(m.x))]
-            ax.bar(xs, m.series[name], width, color=f"C{k}", label=name)
-        ax.set_xticks(range(len(m.x)), m.x, rotation=30 if len(m.x) > 5 else 0)
-    ax.set_xlabel(m.xlabel)
-    ax.set_ylabel(m.ylabel)
-    ax.set_ylim(bottom=0)
-    ax.grid(axis="y", alpha=0.3)
-    if len(names) > 1:
-        ax.legend(fontsize=8)

@@ -47,11 +47,13 @@ class Spread:
             return self.q1, self.q3
         raise ValueError(f"Unknown band {which!r}: use 'range' or 'middle'.")
 
-    def describe(self, which: Band = "range", unit: str = "ms") -> str:
-        """``'median 20.02 ms (19.72-20.49, middle half of 30)'`` and the like."""
+    def describe(self, which: Band = "range", unit: str = "ms", digits: int = 2) -> str:
+        """``'median 20.02 ms (19.72-20.49, middle half of 30)'`` and the like, each number
+        to ``digits`` decimals (more where two bands would otherwise print as touching)."""
         lo, hi = self.band(which)
         name = "range" if which == "range" else "middle half"
-        return f"median {self.median:.2f} {unit} ({lo:.2f}-{hi:.2f}, {name} of {self.n})"
+        f = f".{digits}f"
+        return f"median {self.median:{f}} {unit} ({lo:{f}}-{hi:{f}}, {name} of {self.n})"
 
 
 Verdict = Literal["faster", "slower", "tie"]

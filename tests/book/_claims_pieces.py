@@ -1,5 +1,6 @@
 """The claims on the pieces' chapters, intro to distributed (intro, devices, source_device,
-scatter, replicate, distributed), each with its check in `_findings_pieces`.
+scatter, replicate, distributed, and performance's profiler tax, whose checks read the same
+recordings), each with its check in `_findings_pieces`.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from _claim import Claim
 
 CLAIMS: list[Claim] = [
     Claim(
-        "devices",
+        "performance",
         "five rounds a\nrung, the number a verdict needs) finds every rung's median step slower "
         "after a profiler than\nin a clean process, but only one of the eleven by more than the "
         "rounds' spread",
@@ -17,14 +18,14 @@ CLAIMS: list[Claim] = [
         "profiler_tax.json",
     ),
     Claim(
-        "devices",
+        "performance",
         "one found every rung's median slower too\nbut only two beyond the rounds' spread, and the "
         "other six medians slower and five faster, one\nbeyond the spread",
         findings.profiler_tax_earlier_runs,
         "book/data/logs/earlier/profiler_tax-*.json",
     ),
     Claim(
-        "devices",
+        "performance",
         "a cost that every rung's median showed in two runs of\nthree, from under a hundredth "
         "to about a tenth of a step, uneven between rungs, and beyond\nthe spread of five "
         "rounds in one rung of eleven",
@@ -77,9 +78,10 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "replicate",
-        "on the recording's GPUs the lines above show\n`broadcast_coalesced` no faster than the "
-        "copies one after another",
-        findings.broadcast_coalesced_no_faster_than_copies,
+        "`broadcast_coalesced` took longer than the copies one after another, for these bytes: "
+        "each of\nits samples took longer than every one of theirs (the two ranges above do not "
+        "overlap), so the\nspread rule calls it slower",
+        findings.broadcast_coalesced_slower_than_copies,
         "floors.json: replicate_copies",
     ),
     Claim(
@@ -90,14 +92,14 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "replicate",
-        "NCCL itself takes about twice the floor to\nbroadcast one flat buffer of these bytes, and "
-        "a broadcast of 1 KiB, next to nothing to move,\ntakes about a third as long as that",
+        "NCCL itself\ntakes about twice the floor to broadcast one flat buffer of these bytes, and "
+        "a broadcast of\n1 KiB, next to nothing to move, takes about a third as long as that",
         findings.broadcast_coalesced_is_two_nccl_calls,
         "floors.json: replicate_copies, collectives",
     ),
     Claim(
         "replicate",
-        "times for one flat buffer per chunk (the line that says so) come to most of what\n"
+        "times for one flat buffer per chunk (the\nline that says so) come to most of what "
         "`broadcast_coalesced` took",
         findings.broadcast_coalesced_is_two_nccl_calls,
         "floors.json: replicate_copies, collectives",
@@ -121,6 +123,12 @@ CLAIMS: list[Claim] = [
         "distributed",
         "on both\nworkloads the difference printed is more than two.",
         findings.ddp_peak_gap_is_more_than_two_gradient_copies,
+        "distributed.json",
+    ),
+    Claim(
+        "distributed",
+        "in the recording below, `cuda:1`'s loss and optimizer bars hold none of\nthat GPU's work",
+        findings.dp_second_gpu_loss_and_optimizer_hold_no_work,
         "distributed.json",
     ),
     Claim(

@@ -180,6 +180,27 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "performance",
+        "learn_parallel's threads live for the whole process, which ran the setting-on "
+        "steps right\n  after the setting-off ones",
+        findings.cudnn_benchmark_on_ran_the_off_plans,
+        BENCH + ": its rows' order",
+    ),
+    Claim(
+        "performance",
+        "One process ran every group but DDP's, the\nsetting-on group right after the setting-off "
+        "one",
+        findings.cudnn_benchmark_on_ran_the_off_plans,
+        BENCH + ": its rows' order",
+    ),
+    Claim(
+        "performance",
+        "where a\ntimeline has the GPU work inside `cuda:0`'s forward and backward bars, it "
+        "differs by under a\npercent between the settings",
+        findings.cudnn_benchmark_on_ran_the_off_plans,
+        BENCH + ": its single and learn_parallel timelines, both settings",
+    ),
+    Claim(
+        "performance",
         "**At the most GPUs recorded, learn_parallel's forward is launch-bound**",
         findings.launch_bound_at_most_gpus,
         BENCH + ": its learn_parallel timelines",

@@ -208,4 +208,17 @@ CLAIMS: list[Claim] = [
         lambda: all(s < 0.5 for s in findings._probe_shares("off")),
         WORKERS + ": first_call, profile and runs",
     ),
+    Claim(
+        "glossary",
+        "a whole forward's first call in a new thread,\nprobed the same way, comes to more than "
+        "half of it but not all",
+        findings.whole_forward_probe_accounts_for_most_with_benchmark_off,
+        WORKERS + ": first_call, profile and runs",
+    ),
+    Claim(
+        "glossary",
+        "the profile\nputs nearly all of it in the convolution operator's own time",
+        findings.convolution_own_time_holds_nearly_all_with_benchmark_off,
+        WORKERS + ": its profile and runs",
+    ),
 ]

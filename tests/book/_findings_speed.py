@@ -105,6 +105,38 @@ def cudnn_benchmark_multiplies_only_torch() -> bool:
     return bool(_counts(on))
 
 
+def cudnn_benchmark_on_ran_the_off_plans() -> bool:
+    """One process ran the setting-on ResNet-18 rows right after the setting-off ones (every
+    row but DDP's, in bench.json's order), and wherever a timeline has the GPU work inside
+    cuda:0's forward and backward bars, it differs by under a percent between the settings:
+    the long-lived threads ran the plans they had kept from the setting-off run."""
+    recorded = _recorded()
+    ran = [r["group"] for r in recorded.bench["results"] if r["implementation"] != "ddp"]
+    order = list(dict.fromkeys(ran))
+    off, on = "conv-cudnn-benchmark-off", "conv-cudnn-benchmark-on"
+    if order.index(on) != order.index(off) + 1:
+        return False
+    compared = 0
+    for impl in ("single", "learn_parallel"):
+        for n in sorted({r["devices"] for r in recorded.bench_results(on)}):
+            try:
+                pair = [recorded.bench_timeline(g, impl, n) for g in (off, on)]
+            except KeyError:
+                continue
+            for bar in ("forward", "backward"):
+                work = [
+                    [r.gpu_ms for r in t.records if (r.device, r.phase) == ("cuda:0", bar)]
+                    for t in pair
+                ]
+                if not all(w and None not in w for w in work):
+                    continue
+                before, after = (statistics.median(w) for w in work)
+                compared += 1
+                if abs(after - before) >= 0.01 * before:
+                    return False
+    return compared > 0
+
+
 def launch_bound_at_most_gpus() -> bool:
     """At the largest count, the first GPU's forward bar is no faster than at the count before
     (whole ranges) while the GPU work inside it fell below three quarters of that count's."""

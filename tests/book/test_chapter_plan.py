@@ -1,7 +1,7 @@
 """The chapters' device plan (learn_parallel/lab/chapter.py) on a machine without GPUs.
 
-The decision for 0, 1, 2 and 8 GPUs is tested here with the GPU count faked; the one-GPU
-plan itself is tested in tests/gpu/test_gpu_one.py on a GPU machine.
+The decision for 0, 1, 2 and 8 GPUs is tested here with the GPU count faked, and so is the
+one-GPU plan's line; tests/gpu/test_gpu_one.py runs the one-GPU plan on a GPU machine.
 """
 
 from __future__ import annotations
@@ -47,6 +47,34 @@ def test_without_gpus_the_chapters_use_the_simulated_devices_asked_for(count):
         f"(torch.set_num_threads(1)); this machine has {cores} core{'s' if cores != 1 else ''}.",
         f"{n} simulated CPU devices None",  # no clock: each measurement names its own
     ]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="fakes one GPU where there is none")
+def test_with_one_gpu_the_plan_says_the_gpu_only_times_a_copy():
+    # torch's CUDA queries faked before the setup reads them: tests/gpu/test_gpu_one.py runs
+    # the same plan on a real GPU.
+    fake = (
+        "import torch\n"
+        "torch.cuda.is_available = lambda: True\n"
+        "torch.cuda.device_count = lambda: 1\n"
+        "torch.cuda.get_device_name = lambda device=None: 'Fake GPU'\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LEARN_PARALLEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", fake + PLAN + "print(GPU)\n"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=clean,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[1] == (
+        "Simulated devices, as this machine has 1 GPU. GPU = cuda:0 (Fake GPU): only the devices"
+        " chapter uses it, to time a copy to it."
+    ), done.stdout
+    assert lines[-1] == "cuda:0"
+    assert "baseline" not in lines[1]  # the one-device baselines run on sim:0, not on the GPU
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the plan without GPUs")

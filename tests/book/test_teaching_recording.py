@@ -47,7 +47,8 @@ def test_the_guide_says_what_changed_since_the_recorded_grading_run():
         "__main__.py": "a note of `grade`",
         "track.py": "a track task's hint",
         "checks/scatter.py": "failure messages of some checks",
-        "handouts.py": "the students' install line in their README",
+        "handouts.py": "the students' README: where its `grade` line runs, and its install line",
+        "sample_class.py": "a docstring of the recording script",
     }
     changed = _git("diff", "--name-only", commit, "--", "learn_parallel/classroom/").split()
     changed = [name.removeprefix("learn_parallel/classroom/") for name in changed]

@@ -8,6 +8,12 @@ environment and classmates' notebooks, killing the grader, and a daemon that out
 grader to rewrite its results while holding its output open. Sandboxed, all of it fails;
 without a sandbox, the attacks the grader defends in depth fail too (the teacher's guide
 lists what a student can still do there).
+
+Two more tests check four rows of that list. Without a sandbox a kernel runs as the grader's
+user, so it finds the grader through /proc and kills it (sandboxed: in the first run); it
+rewrites the job folders the grader wrote for the rest of the class (a classmate's track
+tests, a classmate's private IPython folder); and it plants code in a module the grader has
+yet to import, which then passes its own exercises. Sandboxed, the same cell reaches none.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from _grading import (  # noqa: E402
 )
 
 from learn_parallel.classroom import files  # noqa: E402
+from learn_parallel.classroom.track import TASKS, make_track  # noqa: E402
 
 SECRET = "grader-secret-7f3a"
 MARKER = "learn-parallel-attack-daemon"  # + a random suffix per run (tests run in parallel)
@@ -108,6 +115,14 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
         pass
 """
 KILLS_THE_GRADER = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+FINDS_THE_GRADER = """
+import os, signal
+pid = os.getpid()
+while pid > 1:  # up the process tree, through /proc, to the grader
+    pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    if pid > 1 and b"learn_parallel.classroom" in open(f"/proc/{pid}/cmdline", "rb").read():
+        os.kill(pid, signal.SIGKILL)
+"""
 DAEMON = """
 import subprocess
 script = "while [ ! -e RESULTS ]; do sleep 0.5; done; sleep 2; echo [] > RESULTS; sleep 60"
@@ -133,6 +148,7 @@ def test_no_student_reaches_a_classmate_the_grader_or_the_teachers_files(sandbox
     }
     if sandbox == "bwrap":  # without a sandbox these succeed: the guide's table says so
         attacks["a-kernel-to-kernel"] = KERNEL_TO_KERNEL
+        attacks["h-finds-the-grader"] = FINDS_THE_GRADER  # see the test after this one
         book = str(BOOK / f"{CHAPTER}.ipynb")
         attacks["e-reads"] = READS.replace("BOOK_CHAPTER", book).replace(
             "VICTIM_NOTEBOOK", str(victim)
@@ -186,3 +202,88 @@ def test_no_student_reaches_a_classmate_the_grader_or_the_teachers_files(sandbox
         read = [r["message"] for r in rows if r["submission"].endswith(f"e-reads/{CHAPTER}.ipynb")]
         assert "RuntimeError: LOOT[]" in read[0], read
         assert not (package / "learn_parallel/classroom/checks/zz_planted.py").exists()
+
+
+def test_without_a_sandbox_a_kernel_finds_the_grader_and_kills_it(tmp_path):
+    """The guide's table, row "stop the class", column `--sandbox none`: the grader dies
+    with the table unprinted, a classmate graded after the attacker never graded."""
+    hand_in(tmp_path, {"a-kills": notebook(None, first_cell=FINDS_THE_GRADER)})
+    hand_in(tmp_path, {"b-classmate": notebook(solutions())})
+    command = [sys.executable, "-m", "learn_parallel.classroom", "grade", str(tmp_path)]
+    command += ["--reference", str(BOOK), "--jobs", "1", "--sandbox", "none"]
+    env = dict(os.environ, PYTHONPATH=str(files.PACKAGE.parent))
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == -9 and "b-classmate" not in done.stdout, done.stdout
+
+
+# Planted as ``sympy.py`` in a folder on the grader's import path that the grader's user can
+# write (a stand-in for a virtual environment of the teacher's own, which a test must not
+# rewrite). On simulated devices the grader first imports sympy as it judges (the teacher's
+# guide, "How long the checks take"): from then on the attacker's rows pass.
+TAKES_OVER = """
+import os, sys
+open(os.path.join(HERE, "ran-in"), "w").write(str(os.getpid()))
+grade = sys.modules["learn_parallel.classroom.grade"]
+_Result = grade.Result
+def _passes(submission, *row):
+    if "a-reaches" in submission:
+        return _Result(submission, row[0], row[1], True, "")
+    return _Result(submission, *row)
+grade.Result = _passes
+del sys.modules["sympy"]
+sys.path.remove(HERE)
+import sympy
+"""
+# The kernel runs in <run>/<n>/job/work/<attempt>: every other job is a sibling of its own.
+REACHES_THE_RUN = """
+from pathlib import Path
+mine = Path.cwd().parents[1]
+for job in mine.parent.parent.glob("*/job"):
+    if job == mine:
+        continue
+    for tests in job.glob("tests/test_tasks.py"):
+        tests.write_text("def test_nothing():\\n    assert False\\n")
+    startup = job / "private" / "home" / ".ipython" / "profile_default" / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    (startup / "00-planted.py").write_text("import os\\nos._exit(1)\\n")
+try:
+    Path(IMPORTED, "sympy.py").write_text(TAKES_OVER)
+except OSError:
+    pass
+"""
+
+
+@pytest.mark.parametrize("sandbox", BOTH)
+def test_without_a_sandbox_a_kernel_rewrites_the_graders_copies_and_its_imports(sandbox, tmp_path):
+    imported, submissions = tmp_path / "imported", tmp_path / "class"
+    imported.mkdir()
+    attack = REACHES_THE_RUN.replace("IMPORTED", repr(str(imported))).replace(
+        "TAKES_OVER", repr(TAKES_OVER.replace("HERE", repr(str(imported))))
+    )
+    # Graded in this order, one at a time: the attacker, a solved classmate, a track copy
+    # (the reference: every task passes).
+    hand_in(submissions, {"a-reaches": notebook(None, first_cell=attack)})
+    hand_in(submissions, {"b-classmate": notebook(solutions())})
+    make_track(submissions / "c-track", tasks=[])
+    results = tmp_path / "results.json"
+    command = [sys.executable, "-m", "learn_parallel.classroom", "grade", str(submissions)]
+    command += ["--reference", str(BOOK), "--json", str(results), "--jobs", "1"]
+    command += ["--sandbox", sandbox]
+    path = os.pathsep.join([str(imported), str(files.PACKAGE.parent)])
+    env = dict(os.environ, PYTHONPATH=path, LEARN_PARALLEL_SIMULATE="1")
+    grader = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    table, errors = (text.decode() for text in grader.communicate(timeout=600))
+    assert grader.returncode == 0, errors
+    graded = scores(json.loads(results.read_text()))
+    track = graded.pop(submissions.name)  # a track's rows name its folder, not a notebook
+    assert set(track) == {t.name for t in TASKS}, table
+    planted = imported / "ran-in"
+    if sandbox == "bwrap":
+        assert not any(graded["a-reaches"].values()), table
+        assert all(graded["b-classmate"].values()) and all(track.values()), table
+        assert not planted.exists() and not (imported / "sympy.py").exists()
+    else:  # the teacher's guide's table: "can", in these three rows
+        assert any(graded["a-reaches"].values()), table  # passed by the planted code
+        assert planted.read_text() == str(grader.pid), "the planted code ran elsewhere"
+        assert not any(graded["b-classmate"].values()), table
+        assert not any(track.values()), table

@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import uuid
 from pathlib import Path
 
@@ -45,6 +46,11 @@ try:
     facts["package"] = "writable"
 except OSError as error:
     facts["package"] = error.strerror
+try:  # the grader's Python installation, which the grader imports from as it judges
+    open(os.path.join(sys.argv[4], "zz_planted.py"), "w")
+    facts["installation"] = "writable"
+except OSError as error:
+    facts["installation"] = error.strerror
 for name, address in (("host", ("127.0.0.1", int(sys.argv[3]))), ("net", ("1.1.1.1", 53))):
     try:
         socket.create_connection(address, timeout=3).close()
@@ -73,7 +79,8 @@ def test_inside_the_sandbox_a_job_sees_only_itself(tmp_path, monkeypatch):
         server.listen()
         port = server.getsockname()[1]
         chapters = f"{BOOK / CHAPTER}.ipynb:{shipped / 'book' / CHAPTER}.ipynb"
-        argv = [sys.executable, "-c", INSIDE, chapters, str(wheel), str(port)]
+        installation = sysconfig.get_paths()["purelib"]
+        argv = [sys.executable, "-c", INSIDE, chapters, str(wheel), str(port), installation]
         command = box.command(argv, job, environment(box, job), Limits())
         done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -82,7 +89,7 @@ def test_inside_the_sandbox_a_job_sees_only_itself(tmp_path, monkeypatch):
     assert programs == sorted([box.binary, sys.executable])  # bwrap's init, and itself
     assert not any("grader-secret" in e for e in facts["environ"])
     assert facts["chapters"] == [False, False] and facts["home"] == "/tmp/home"
-    assert facts["package"] == "Read-only file system"
+    assert facts["package"] == facts["installation"] == "Read-only file system", facts
     assert facts["host"] != "connected" and facts["net"] != "connected", facts
 
 
@@ -111,8 +118,36 @@ def test_without_a_sandbox_grading_stops_in_one_line(tmp_path, monkeypatch, caps
     with pytest.raises(SystemExit):
         main(["grade", "--help"])
     shown = " ".join(capsys.readouterr().out.split())
-    for can in ("read your files", "talk to a classmate's kernel", "leave processes running"):
-        assert can in shown
+    none = shown[shown.index("none: no sandbox") :]
+    cans = ("read your files", "talk to a classmate's kernel", "leave processes running")
+    cans += ("rewrite the other jobs of the run", "kill the grader", "decide any pass")
+    for can in cans:  # the guide's table, column `--sandbox none` (test_grading_attacks.py)
+        assert can in none, can
+    assert "cannot" not in none and "stop the class" not in none
+    assert "not native Windows: use WSL" in none
+
+
+def test_without_a_sandbox_grading_needs_unix_as_the_guide_and_readme_say():
+    """Native Windows cannot grade at all: the job's runner imports `resource` and the grader
+    ends a job with `os.killpg`, both Unix-only; the guide, the README and the students'
+    README send Windows users to WSL."""
+    import ast
+
+    from learn_parallel.classroom import runner, sandbox
+    from learn_parallel.classroom.handouts import STUDENT_README
+    from learn_parallel.classroom.notebooks import read
+
+    imports = ast.parse(Path(runner.__file__).read_text()).body
+    assert any(isinstance(n, ast.Import) and n.names[0].name == "resource" for n in imports)
+    assert "os.killpg(" in Path(sandbox.__file__).read_text()
+    guide = " ".join(" ".join(c.source for c in read(BOOK / "teaching.ipynb").cells).split())
+    readme = " ".join((BOOK.parent / "README.md").read_text().split())
+    assert (
+        "the job's runner imports `resource`, and the grader ends each job with `os.killpg`"
+        in guide
+    )
+    assert "grade in WSL there" in guide and "(use WSL there)" in readme
+    assert "on Windows, in WSL" in " ".join(STUDENT_README.split())
 
 
 def test_each_exercise_of_the_reference_counts_once(tmp_path):

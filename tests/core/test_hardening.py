@@ -62,6 +62,19 @@ def test_tensors_of_different_sizes_in_one_call_are_refused():
         lp.scatter_kwargs((torch.randn(6, 2),), {"b": {"x": torch.randn(5, 2)}}, [0, 1])
 
 
+def test_an_input_without_the_scatter_dim_raises_torchs_own_index_error():
+    # As scatter_kwargs' docstring says: the IndexError of torch's size(dim), as torch's
+    # DataParallel raises, not an error of ours.
+    dp = lp.DataParallel(Add(), [0, 1], dim=2)
+    with pytest.raises(IndexError, match=r"Dimension out of range"):
+        dp(torch.randn(4, 3, 2), torch.randn(4, 3))
+    with pytest.raises(IndexError, match=r"Dimension out of range"):
+        lp.scatter_kwargs((torch.randn(4, 2, 2),), {"m": torch.randn(4)}, [0, 1], dim=-3)
+    # Every dim an input has still scatters, negative ones included.
+    pieces = lp.scatter(torch.randn(4, 3), [0, 1], dim=-1)
+    assert [tuple(p.shape) for p in pieces] == [(4, 2), (4, 1)]
+
+
 def test_equal_sizes_shared_scalars_and_plain_values_still_scatter():
     dp = lp.DataParallel(Add(), [0, 1, 2, 3])
     a = torch.randn(8, 2, dtype=torch.double)

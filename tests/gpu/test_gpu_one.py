@@ -14,16 +14,20 @@ import learn_parallel as lp
 pytestmark = [pytest.mark.gpu, pytest.mark.one_gpu]
 
 
-def test_chapter_plan_simulates_the_devices_and_keeps_the_gpu_for_baselines():
+def test_chapter_plan_simulates_the_devices_and_keeps_the_gpu_for_one_copy():
     out = run_with_one_gpu(
+        "import torch\n"
         "from learn_parallel.lab.chapter import PLAN, GPU\n"
         "print(PLAN.kind, len(PLAN.devices), GPU)\n"
         "print(PLAN.summary())\n"
+        "print(torch.cuda.get_device_name(0))\n"
     )
     first, *rest = out.splitlines()
     assert first == "sim 4 cuda:0"
     assert "Simulated devices, as this machine has 1 GPU" in out, out
-    assert "Single-device baselines use GPU = cuda:0" in out, out
+    name = rest[-1]  # the one GPU the child process sees
+    said = f"GPU = cuda:0 ({name}): only the devices chapter uses it, to time a copy to it."
+    assert said in out, out
 
 
 def test_an_exercise_check_that_needs_two_devices_runs_on_simulated_ones():

@@ -105,6 +105,26 @@ def test_a_timeline_title_names_a_host_row_only_where_there_is_one():
         assert strip.endswith("its total, drawn from\nthe bar's start"), strip
 
 
+def test_a_collectives_strip_is_drawn_apart_from_the_strips_of_computation():
+    from learn_parallel.lab.plots import COLLECTIVE_STRIP, plot_timeline
+    from learn_parallel.lab.timeline import Hardware, PhaseRecord, Timeline
+
+    hardware = Hardware("cuda", 1, ["GPU"], "x")
+    rows = [
+        PhaseRecord("cuda:0", "backward", 0.0, 2.0, 0, gpu_ms=1.5),
+        PhaseRecord("cuda:0", "all-reduce", 2.0, 0.5, 0, gpu_ms=3.0),  # longer than its bar
+    ]
+    ax = plot_timeline(Timeline(hardware, rows, {})).axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[-2].startswith("GPU work (profiler)") and "NCCL" in labels[-1], labels
+    thin = [p for p in ax.patches if abs(p.get_height() - 0.16) < 1e-9]
+    hatches = {round(p.get_width(), 3): p.get_hatch() for p in thin}
+    assert hatches == {1.5: None, 3.0: COLLECTIVE_STRIP["hatch"]}, hatches
+    # With no collective, the legend has no entry for one.
+    ax = plot_timeline(Timeline(hardware, rows[:1], {})).axes[0]
+    assert not any("NCCL" in t.get_text() for t in ax.get_legend().get_texts())
+
+
 def test_the_clone_panels_name_their_own_clocks():
     # The left panel is replicate_host_ms (until replicate returns), the right whole steps.
     report = {

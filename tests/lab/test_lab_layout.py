@@ -6,7 +6,7 @@ package; the command lines and drivers that record runs live in ``experiments/``
 * no lab module imports ``argparse`` (command lines belong to ``experiments/``);
 * every lab module is used by a chapter, a test or another lab module: the failure
   message lists each module with who uses it;
-* the lab's size: ``learn_parallel/lab/*.py`` stays within 5,100 lines; issue 35 set 3,800,
+* the lab's size: ``learn_parallel/lab/*.py`` stays within 5,125 lines; issue 35 set 3,800,
   then came issue 46's one-thread reference step (~130), issue 48's `floors` (~290), issue
   47's profiled pass with each GPU's clock anchors, profiler rule, clocks named by their
   timers, recordings found from the data and the headers of `measure` split by chapter
@@ -19,7 +19,9 @@ package; the command lines and drivers that record runs live in ``experiments/``
   the floors' verdict on a collective from its GPU work (~5), and provenance's digests of two
   files that two recordings ran without hashing (~35); issue 47's nineteenth review: the DDP
   chapter's wrap-time buffers and torn-down peer, run on CPU ranks (~60), and ladder phases
-  under a tenth of a millisecond printed in µs (~10). The count per file is printed with ``-s``.
+  under a tenth of a millisecond printed in µs (~10); its thirty-first: a collective's strip
+  drawn apart from the computation's (~12), with `plot_measurement` moved to a file of its own
+  to keep `plots` short (~15). The count per file is printed with ``-s``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "learn_parallel" / "lab"
 MODULES = sorted(p.stem for p in LAB.glob("*.py") if p.stem != "__init__")
-LIMIT = 5100
+LIMIT = 5125
 
 
 def _imports_of(tree: ast.AST) -> set[str]:

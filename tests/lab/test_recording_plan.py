@@ -47,7 +47,8 @@ def _reads(chapter: str) -> set[str]:
     """The recorded files a chapter's code reads."""
     cells = json.loads((BOOK / f"{chapter}.ipynb").read_text())["cells"]
     code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-    found = set(re.findall(r'load_json\("([\w-]+\.json)"', code))
+    # records.load_json, records.read_json and records.machines each name the file they read
+    found = set(re.findall(r'(?:load_json|read_json|machines)\("([\w-]+\.json)"', code))
     found |= {"bench.json"} if "RECORDED.bench" in code else set()
     found |= {"chapters.json"} if re.search(r"RECORDED\.(measurement|timeline)", code) else set()
     found |= {"chapters-repeat.json"} if "RECORDED.repeat" in code else set()
@@ -61,7 +62,38 @@ def test_the_performance_chapters_command_records_all_it_reads():
     (parts,) = re.findall(r'PARTS="([^"]+)" bash book/data/record_gpu_runs.sh', text)
     recorded = {f for part in parts.split() for f in PART_FILES[part]}
     assert _reads("performance") - recorded == set()
-    assert {"bench.json", "clone.json", "floors.json", "trace-"} <= _reads("performance")
+    read = _reads("performance")
+    assert {"bench.json", "clone.json", "floors.json", "trace-", "ladder.json"} <= read
+    assert {"profiler_tax.json", "recorder_cost.json", "persistent_workers.json"} <= read
+
+
+def _part_commands(part: str) -> str:
+    """The script's lines that run ``part`` (with their continuation lines, and the body of
+    an ``if has part`` block)."""
+    lines, taken, block = SCRIPT.splitlines(), [], False
+    for i, line in enumerate(lines):
+        if line.startswith(f"if has {part};"):
+            block = True
+        follows = bool(taken) and taken[-1] == lines[i - 1] and lines[i - 1].endswith("\\")
+        if block or line.startswith(f"has {part} ") or follows:
+            taken.append(line)
+        if block and line.strip() == "fi":
+            block = False
+    return "\n".join(taken)
+
+
+def test_each_part_writes_the_files_the_table_above_gives_it():
+    """PART_FILES is typed here: each file must be named by the part's own lines of the script
+    or by the driver they run (``python -m experiments.X``), where the driver names its file."""
+    for part, files in PART_FILES.items():
+        commands = _part_commands(part)
+        assert commands, f"record_gpu_runs.sh has no lines for part {part}"
+        drivers = re.findall(r"python -m (experiments\.\w+)", commands)
+        sources = [(ROOT / (d.replace(".", "/") + ".py")).read_text() for d in drivers]
+        for name in files:
+            assert any(name in text for text in [commands, *sources]), (
+                f"part {part}: neither its lines of record_gpu_runs.sh nor {drivers} name {name}"
+            )
 
 
 def _record(folder, name, date="2026-01-01"):

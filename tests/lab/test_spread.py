@@ -13,6 +13,17 @@ def test_spread_summarises_samples():
     assert Spread.of([7.0]).band("middle") == (7.0, 7.0)
 
 
+def test_describe_prints_the_digits_asked_for():
+    """Two decimals can make bands that do not overlap read as touching (0.16-0.16 against
+    0.16-0.18); three show the gap the verdict rests on."""
+    copies = Spread.of([0.1609, 0.1574, 0.1585, 0.1600, 0.1561])
+    coalesced = Spread.of([0.1715, 0.1632, 0.1814, 0.1716, 0.1663])
+    assert copies.describe() == "median 0.16 ms (0.16-0.16, range of 5)"
+    assert copies.describe(digits=3) == "median 0.159 ms (0.156-0.161, range of 5)"
+    assert coalesced.describe(digits=3) == "median 0.172 ms (0.163-0.181, range of 5)"
+    assert compare(coalesced, copies) == "slower"
+
+
 def test_compare_calls_overlap_a_tie():
     assert compare([1.0, 1.1, 1.2], [2.0, 2.1]) == "faster"
     assert compare([2.0, 2.1], [1.0, 1.2]) == "slower"
