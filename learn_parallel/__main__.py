@@ -1,4 +1,5 @@
-"""``python -m learn_parallel demo``: one DataParallel step, and how the batch was split.
+"""``python -m learn_parallel demo``: one DataParallel forward and backward pass (no
+optimizer step), and how the batch was split.
 
 ``python -m learn_parallel chapters OUT`` copies the book's chapters into OUT (a clone's
 ``book/``, or the copies a pip install carries). The benchmark runs from a clone of the
@@ -51,8 +52,8 @@ def demo(batch: int, devices: int | None, features: int = 16) -> None:
 
     print(f"device type: {device_type()}")
     print(dp)
-    # One untimed step first: the first call starts the worker threads and lets PyTorch
-    # set up its kernels and autograd, which takes far longer than the step itself.
+    # One untimed forward and backward pass first: the first call starts the worker threads
+    # and lets PyTorch set up its kernels and autograd, which takes far longer than the pass.
     dp(x, row_ids=rows).sum().backward()
     log.clear()
     model.zero_grad()
@@ -104,16 +105,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     parser = argparse.ArgumentParser(
         prog="python -m learn_parallel",
-        description="A first look at learn_parallel: one DataParallel training step and how "
-        "its batch was split (demo), or the book's chapters copied into a folder of yours "
-        "(chapters).",
+        description="A first look at learn_parallel: one DataParallel forward and backward "
+        "pass and how its batch was split (demo), or the book's chapters copied into a "
+        "folder of yours (chapters).",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run_demo = commands.add_parser(
         "demo",
-        help="run one DataParallel step and show how the batch was split",
-        description="Run one learn_parallel.DataParallel training step (after one warm-up "
-        "step) and show which device and worker thread took which rows of the batch.",
+        help="run one DataParallel forward and backward pass and show how the batch was split",
+        description="Run one learn_parallel.DataParallel forward and backward pass, with no "
+        "optimizer step (after one warm-up pass), and show which device and worker thread "
+        "took which rows of the batch.",
     )
     run_demo.add_argument(
         "--batch", type=_positive, default=10, help="rows in the batch (default 10)"

@@ -255,10 +255,10 @@ def shallow_copy(module: nn.Module) -> nn.Module:
 
 
 def _set_parameter_copy(replica: nn.Module, name: str, value: torch.Tensor | None) -> None:
-    """Put a parameter's copy on ``replica``: a plain attribute, not a Parameter (not a leaf).
+    """Put a parameter's copy on ``replica``: a plain attribute, not a Parameter.
 
-    Unlike PyTorch, the copy also stays in ``replica._parameters``, so code like
-    ``next(self.parameters()).device`` works in forward.
+    A copy made by ``Broadcast`` with gradients on is not a leaf. Unlike PyTorch, the copy
+    also stays in ``replica._parameters``, so ``next(self.parameters()).device`` works in forward.
     """
     if _fills_dict_directly(replica):
         replica.__dict__[name] = value

@@ -26,9 +26,11 @@
 #   profilertax  steps timed after a profiler ran vs in a clean process (book/data/README.md)
 #   notebooks    every chapter executed unchanged, JOBS at a time (needs nbclient, ipykernel)
 # LADDER_ARGS, TORCHRUN_ARGS and PROFILERTAX_ARGS add options to those parts (--no-gpu-work,
-# --counts 4 --repeats 2 ...). PACK=NAME.tgz packs OUTDIR into OUTDIR/NAME.tgz after every part
-# (one file to fetch, and the parts that finished kept when a command is cut off; lanes that
-# share OUTDIR each take their own NAME).
+# --counts 4 --repeats 2 ...). PACK=NAME.tgz packs OUTDIR into OUTDIR/NAME.tgz after every part,
+# once the files that part ships are in OUTDIR/<machine>/ (bench.json copied and
+# chapters-repeat.json moved there from the logs, the traces gzipped there): one file to
+# fetch, and the parts that finished kept when a command is cut off; lanes that share OUTDIR
+# each take their own NAME.
 # book/data/README.md says which runs made the shipped recordings, and how to record again.
 set -uo pipefail
 out=${1:?usage: record_gpu_runs.sh OUTDIR}
@@ -51,7 +53,13 @@ mark() {  # one line of the run log: this part's start or end, its GPUs
   printf '{"id": "%s", "part": "%s", "event": "%s", "gpus": "%s", "time": %s}\n' "$1" "$2" "$3" \
     "${CUDA_VISIBLE_DEVICES:-all}" "$(date +%s.%N)" >> "$LEARN_PARALLEL_RUN_LOG"
 }
-run() {  # one part: logged, bounded by a timeout, its start and end in the run log
+pack() {  # OUT packed into OUT/$PACK where PACK is set: what ran survives a cut-off command
+  [[ -n ${PACK:-} ]] || return 0
+  local packed
+  packed=$(mktemp) && tar czf "$packed" -C "$out" --exclude='*.tgz' . 2>/dev/null
+  mv -f "$packed" "$out/$PACK"
+}
+run() {  # one part: logged, bounded by a timeout, its start and end in the run log, then packed
   local name=$1 limit=$2 id="$1@$(hostname)-$$-$SECONDS" status; shift 2; echo "== $name"
   mark "$id" "$name" start
   # -k 30: a part that outlives the timeout's TERM is killed 30 s later; --line-buffered: the
@@ -60,10 +68,7 @@ run() {  # one part: logged, bounded by a timeout, its start and end in the run 
     | tee "$logs/$name.log" | tail -"${TAIL:-25}"
   status=$?
   mark "$id" "$name" end
-  if [[ -n ${PACK:-} ]]; then  # OUT packed after every part: what ran survives a cut-off command
-    packed=$(mktemp) && tar czf "$packed" -C "$out" --exclude='*.tgz' . 2>/dev/null
-    mv -f "$packed" "$out/$PACK"
-  fi
+  pack
   return $status
 }
 
@@ -72,10 +77,10 @@ has tests && run readme 120 python -m pytest -q -p no:cacheprovider tests/book/t
 has floors && run floors 150 python -m experiments.floors --out "$rec"
 has measure && run measure 400 python -m experiments.measure --out "$rec"
 has measure && run measure-repeat 400 python -m experiments.measure --out "$logs/repeat" \
-  && mv "$logs/repeat/chapters.json" "$rec/chapters-repeat.json"
+  && mv "$logs/repeat/chapters.json" "$rec/chapters-repeat.json" && pack  # again, with it
 has chain && run chain 300 python -m experiments.chain_bench --out "$rec"
 has bench && run bench 560 python -m experiments.bench --devices "$devices" --no-progress \
-  --out "$logs/bench" && cp "$logs/bench/bench.json" "$rec/"
+  --out "$logs/bench" && cp "$logs/bench/bench.json" "$rec/" && pack  # again, with it
 has ladder && run ladder 560 python -m experiments.ladder --set ladder --devices "$ngpu" --out "$rec" \
   ${LADDER_ARGS:-}
 has clone && run clone 240 python -m experiments.ladder --set clone --devices "$ngpu" --out "$rec"
@@ -91,6 +96,7 @@ if has trace; then
     --implementations learn_parallel,torch_dp --warmup 3 --steps 5 --timeline-steps 0 \
     --no-gpu-work --no-plots --no-progress --out "$logs/trace" --trace "$logs/trace/trace.json"
   for f in "$logs"/trace/trace-*.json; do [[ -f $f ]] && gzip -c "$f" > "$rec/$(basename "$f").gz"; done
+  pack  # again, with the gzipped traces
 fi
 has profilertax && run profilertax 400 python -m experiments.profiler_tax --out "$rec" --devices "$ngpu" \
   ${PROFILERTAX_ARGS:-}

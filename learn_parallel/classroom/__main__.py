@@ -112,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
         "notebooks, rewrite the other jobs of the run (a classmate's score with them), change "
         "the package and your files for later runs, reach the network, talk to a classmate's "
         "kernel, kill the grader, and leave processes running after grading; where you can "
-        "write a folder the grader imports from (a virtual environment of your own), it can "
+        "write a folder the grader imports from (the folder you run grade from, which python "
+        "-m puts first on its import path, or a virtual environment of your own), it can "
         "run code in the grader and decide any pass. Grade scores that count in a sandbox "
         "(the teacher's guide has the table)",
     )

@@ -29,9 +29,10 @@ from learn_parallel.lab.timeline import HOST, PhaseRecord, Timeline
 from learn_parallel.lab.timing import Recorder
 
 ANCHOR = "clock anchor"  # the phase around each GPU's spin kernel
-# Identical replicas' GPU work in one bar agrees within this share of its median or this many
-# ms, whichever is larger (tests/gpu/test_gpu_timeline.py; book/data/README.md says where it
-# was measured); the chapters print per-bar GPU work no finer than the second.
+# Identical replicas' GPU work in one bar agrees within this share of the middle value (the
+# upper of the middle two for an even count) or this many ms, whichever is larger
+# (tests/gpu/test_gpu_timeline.py; book/data/README.md says where it was measured); the
+# chapters print per-bar GPU work no finer than the second.
 STRIP_TOLERANCE = (0.15, 0.005)
 SPIN_CYCLES = 1_000_000  # about half a millisecond: the end event is queued before it ends
 # Work, not the profiler's own phase ranges on the GPU's timeline or its sync records.

@@ -19,6 +19,19 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "performance",
+        "host-clock step times of the ladder's rungs on the benchmark's MLP,\non two GPUs of "
+        "the 4-GPU host",
+        findings.profiler_tax_ran_on_the_benchmarks_mlp,
+        "profiler_tax.json",
+    ),
+    Claim(
+        "performance",
+        "Of two earlier\nruns on the same MLP, kept as logs",
+        findings.profiler_tax_ran_on_the_benchmarks_mlp,
+        "book/data/logs/earlier/profiler_tax-*.json",
+    ),
+    Claim(
+        "performance",
         "one found every rung's median slower too\nbut only two beyond the rounds' spread, and the "
         "other six medians slower and five faster, one\nbeyond the spread",
         findings.profiler_tax_earlier_runs,
@@ -118,6 +131,20 @@ CLAIMS: list[Claim] = [
         "in NCCL 2.28.9 (the version `floors.json` names on the same\nhost)",
         findings.replicate_bars_ran_with_nccl_2_28_9,
         "floors.json: collectives; chapters.json",
+    ),
+    Claim(
+        "replicate",
+        "The recorded bars ran torch 2.11.0 (the version `chapters.json` names), so this section "
+        "links\ntorch's source at that version.",
+        findings.chapter_bars_ran_torch_2_11_0,
+        "chapters.json",
+    ),
+    Claim(
+        "gather",
+        "The recording ran torch 2.11.0 (the version\n`chapters.json` names), so the link to the "
+        "copy it made is to that version's source.",
+        findings.chapter_bars_ran_torch_2_11_0,
+        "chapters.json",
     ),
     Claim(
         "distributed",

@@ -255,8 +255,8 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "parallel_apply",
-        "There every such distance is under a fifth of the\nsmallest gap between two bars' "
-        "starts here",
+        "There twice the largest such distance is under two fifths of the smallest gap\nbetween "
+        "two bars' starts here",
         findings.parallel_apply_starts_apart_beyond_the_tie,
         "timeline_check.json; chapters.json: the parallel_apply timeline",
     ),
@@ -300,5 +300,13 @@ CLAIMS: list[Claim] = [
         "shrinks)",
         lambda: _forward_work_per_image_grows(),
         BENCH + ": its learn_parallel timelines",
+    ),
+    Claim(
+        "performance",
+        "The\nrecorded ResNet-18 step below, on the most GPUs recorded, shows that there it was "
+        "not: the GPU\nwork inside every GPU's replicate and forward bars is under half of the "
+        "bar",
+        findings.replicate_and_forward_bars_mostly_waiting_on_most_gpus,
+        BENCH + ": its learn_parallel timeline on the most GPUs",
     ),
 ]

@@ -187,6 +187,39 @@ CLAIMS: list[Claim] = [
         WORKERS + ": first_call and hardware",
     ),
     Claim(
+        "performance",
+        "The\n  persistent-workers run made new persistent threads for each setting, so with it on "
+        "they\n  searched: their step was 1.45x their step with it off",
+        findings.new_persistent_threads_stepped_longer_with_the_setting_on,
+        WORKERS + ": runs",
+    ),
+    Claim(
+        "performance",
+        "the caller's thread, which kept\n  the setting-off plans and searched nothing, was 1.11x "
+        "its own",
+        findings.new_persistent_threads_stepped_longer_with_the_setting_on,
+        WORKERS + ": runs",
+    ),
+    Claim(
+        "performance",
+        "Their step was longer with the setting on, the middle halves apart.",
+        findings.new_persistent_threads_stepped_longer_with_the_setting_on,
+        WORKERS + ": runs",
+    ),
+    Claim(
+        "performance",
+        "found their plans and searched nothing: its step was longer too, by less",
+        findings.new_persistent_threads_stepped_longer_with_the_setting_on,
+        WORKERS + ": runs",
+    ),
+    Claim(
+        "performance",
+        "in the profiled step their convolutions took about as much GPU time with the setting on "
+        "as\nwith it off",
+        findings.searched_plans_took_about_the_same_gpu_time,
+        WORKERS + ": its profile",
+    ),
+    Claim(
         "glossary",
         "With `benchmark` on, a search for every\nconvolution shape in every new thread fits "
         "the extra time it measures for torch's DataParallel",

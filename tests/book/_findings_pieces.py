@@ -81,6 +81,16 @@ def replicate_bars_ran_with_nccl_2_28_9() -> bool:
     return same and floor["collectives"]["nccl_version"] == "2.28.9"
 
 
+def chapter_bars_ran_torch_2_11_0() -> bool:
+    """chapters.json and its repeat (the replicate and gather bars) were recorded with torch
+    2.11.0, the version whose source the chapters link for those bars."""
+    from learn_parallel.lab import records
+
+    machine = _recorded().machine
+    runs = [records.read_json(n, machine) for n in ("chapters.json", "chapters-repeat.json")]
+    return all(run["torch_version"].split("+")[0] == "2.11.0" for run in runs)
+
+
 def broadcast_coalesced_is_two_nccl_calls() -> bool:
     """floors.json (the chapters' machine): a broadcast's floor (the bytes once at the first
     GPU's fastest link) is a third of the copies' (n - 1 = 3 copies at the links' harmonic
@@ -270,4 +280,13 @@ def source_check_repeat_within_a_tenth() -> bool:
     )
     return len(first) == len(second) == 5 and all(
         abs(b / a - 1) < 0.1 for a, b in zip(first, second)
+    )
+
+
+def profiler_tax_ran_on_the_benchmarks_mlp() -> bool:
+    """The shipped profiler-tax run and the two earlier ones all timed the benchmark's MLP at
+    its GPU size (workload mlp, not --quick)."""
+    runs = _each("profiler_tax.json") + _earlier_profiler_taxes()
+    return len(runs) == 3 and all(
+        r["settings"]["workload"] == "mlp" and not r["settings"]["quick"] for r in runs
     )

@@ -274,3 +274,46 @@ def convolution_own_time_holds_nearly_all_with_benchmark_off() -> bool:
         and _probe_shares("off")[1] < 0.5
         and 0.5 < _forward_probe_shares("off")[1] < 1
     )
+
+
+def _on_against_off(runner: str) -> tuple[float, str]:
+    """ResNet-18, one runner: its median step with cudnn.benchmark on over its median step
+    with it off, and the verdict on their middle halves."""
+    runs = _workers()
+    off, on = (runs["resnet18", b, runner] for b in (False, True))
+    return statistics.median(on) / statistics.median(off), compare(on, off, "middle")
+
+
+def new_persistent_threads_stepped_longer_with_the_setting_on() -> bool:
+    """ResNet-18, cudnn.benchmark on against off: the persistent threads' median step 1.45x
+    (to two decimals), middle halves apart; the caller's thread's 1.11x, slower too, by less.
+    The caller's setting-off run came before its setting-on run (the runs' order), on the same
+    workload, so it could find the setting-off plans."""
+    (workers,) = _each("persistent_workers.json")
+    order = [(r["workload"], r["cudnn_benchmark"], r["runner"]) for r in workers["runs"]]
+    caller = [
+        r for r in workers["runs"] if (r["workload"], r["runner"]) == ("resnet18", "caller thread")
+    ]
+    kept, kept_says = _on_against_off("persistent threads")
+    calls, calls_says = _on_against_off("caller thread")
+    return (
+        round(kept, 2) == 1.45
+        and kept_says == "slower"
+        and round(calls, 2) == 1.11
+        and calls_says == "slower"
+        and calls < kept
+        and order.index(("resnet18", False, "caller thread"))
+        < order.index(("resnet18", True, "caller thread"))
+        and len({r["describe"] for r in caller}) == 1
+    )
+
+
+def searched_plans_took_about_the_same_gpu_time() -> bool:
+    """The profile's persistent steps: aten::cudnn_convolution as many calls, and its GPU time
+    with cudnn.benchmark on within 5% of its GPU time with it off."""
+    (workers,) = _each("persistent_workers.json")
+    on, off = (
+        workers["profile"]["events"][f"persistent, cudnn.benchmark {s}"]["aten::cudnn_convolution"]
+        for s in ("on", "off")
+    )
+    return on["count"] == off["count"] and abs(on["gpu_us"] - off["gpu_us"]) <= 0.05 * off["gpu_us"]

@@ -112,3 +112,20 @@ def test_the_ladder_chapter_numbers_its_rungs_as_the_ladder_orders_them():
         name = LADDER[int(found[1]) - 1].name
         around = text[max(0, found.start() - 80) : found.end() + 80]
         assert name in around or name.replace("_", " ") in around, (found[0], around)
+
+
+def test_the_forward_share_solution_names_the_wait_before_the_gather():
+    # Solutions are not scanned for claims above; this one's comment speaks of the recording.
+    from _findings_speed import longest_idle_gap_is_the_wait_for_the_slowest_forward
+
+    cells = json.loads((BOOK / "performance.ipynb").read_text())["cells"]
+    (solution,) = [
+        "".join(c["source"])
+        for c in cells
+        if "<summary>Solution" in "".join(c["source"])
+        and "def forward_share" in "".join(c["source"])
+    ]
+    assert "the longest, before the gather, is cuda:0 waiting\n# for the slowest replica's" in (
+        solution
+    )
+    assert longest_idle_gap_is_the_wait_for_the_slowest_forward()

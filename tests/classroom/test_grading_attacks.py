@@ -217,9 +217,10 @@ def test_without_a_sandbox_a_kernel_finds_the_grader_and_kills_it(tmp_path):
 
 
 # Planted as ``sympy.py`` in a folder on the grader's import path that the grader's user can
-# write (a stand-in for a virtual environment of the teacher's own, which a test must not
-# rewrite). On simulated devices the grader first imports sympy as it judges (the teacher's
-# guide, "How long the checks take"): from then on the attacker's rows pass.
+# write: the folder it runs from, which ``python -m`` puts first on that path (the teacher's
+# guide: no virtual environment of your own is needed). On simulated devices the grader first
+# imports sympy as it judges (the teacher's guide, "How long the checks take"): from then on
+# the attacker's rows pass.
 TAKES_OVER = """
 import os, sys
 open(os.path.join(HERE, "ran-in"), "w").write(str(os.getpid()))
@@ -231,7 +232,7 @@ def _passes(submission, *row):
     return _Result(submission, *row)
 grade.Result = _passes
 del sys.modules["sympy"]
-sys.path.remove(HERE)
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != os.path.realpath(HERE)]
 import sympy
 """
 # The kernel runs in <run>/<n>/job/work/<attempt>: every other job is a sibling of its own.
@@ -269,9 +270,12 @@ def test_without_a_sandbox_a_kernel_rewrites_the_graders_copies_and_its_imports(
     command = [sys.executable, "-m", "learn_parallel.classroom", "grade", str(submissions)]
     command += ["--reference", str(BOOK), "--json", str(results), "--jobs", "1"]
     command += ["--sandbox", sandbox]
-    path = os.pathsep.join([str(imported), str(files.PACKAGE.parent)])
-    env = dict(os.environ, PYTHONPATH=path, LEARN_PARALLEL_SIMULATE="1")
-    grader = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # Run from `imported`, a folder of the teacher's, as `grade` is usually run: only
+    # `python -m` puts it on the grader's import path.
+    env = dict(os.environ, PYTHONPATH=str(files.PACKAGE.parent), LEARN_PARALLEL_SIMULATE="1")
+    grader = subprocess.Popen(
+        command, env=env, cwd=imported, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     table, errors = (text.decode() for text in grader.communicate(timeout=600))
     assert grader.returncode == 0, errors
     graded = scores(json.loads(results.read_text()))

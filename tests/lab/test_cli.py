@@ -70,8 +70,9 @@ def test_the_issue_command_prints_one_line_not_a_traceback():
 @pytest.mark.parametrize(
     ("argv", "start", "dots"),
     [
-        ([], "A first look at learn_parallel: one DataParallel training step", 1),
-        (["demo"], "Run one learn_parallel.DataParallel training step", 2),  # and DataParallel's
+        ([], "A first look at learn_parallel: one DataParallel forward and backward pass", 1),
+        # two dots: the sentence's and learn_parallel.DataParallel's
+        (["demo"], "Run one learn_parallel.DataParallel forward and backward pass, with no", 2),
     ],
 )
 def test_help_says_what_it_does_in_one_sentence(capsys, argv, start, dots):
