@@ -203,7 +203,10 @@ def test_the_chapter_states_the_defaults_that_hold():
     text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     assert f"`--rdzv-conf join_timeout={launch.JOIN_TIMEOUT_S}` above" in text
     assert f"torch's default is {RendezvousTimeout().join.total_seconds():.0f})" in text
-    assert f"`--timeout` ({train.parse([]).timeout:.0f} seconds by default)" in text
+    # --timeout is the training module's option: torchrun has none.
+    assert "--timeout" not in get_args_parser()._option_string_actions
+    assert "the training module's own `--timeout` (`learn_parallel.ladder.train`," in text
+    assert f"; {train.parse([]).timeout:.0f} seconds by default; torchrun has no such" in text
     assert f"\n* {c10d_rendezvous_backend.DEFAULT_PORT} is the port the `c10d`" in text
     restarts = get_args_parser().parse_args(["x.py"]).max_restarts
     assert f"`--max-restarts`, {restarts} by\ndefault" in text
