@@ -13,6 +13,7 @@ import statistics
 from _recorded_findings import _each, _recorded
 
 from learn_parallel.lab.spread import compare
+from learn_parallel.lab.timeline import Timeline
 
 WORKLOADS = ("mlp", "conv-cudnn-benchmark-off")  # the benchmark's two, cudnn.benchmark off
 DATA_PARALLELS = ("learn_parallel", "torch_dp")
@@ -252,13 +253,19 @@ def persistent_workers_slowest_on_one_device() -> bool:
     )
 
 
-def replicate_bars_mostly_waiting() -> bool:
-    """In the performance chapter's plotted step, every GPU row's replicate bar holds GPU
-    work of less than half its length."""
+def _plotted_step() -> tuple[Timeline, int, int]:
+    """The step the performance chapter plots: the benchmark's ResNet-18 learn_parallel
+    timeline (cudnn.benchmark off) on its largest GPU count, its last step, and that count."""
     recorded, group = _recorded(), "conv-cudnn-benchmark-off"
     most = max(r["devices"] for r in recorded.bench_results(group))
     timeline = recorded.bench_timeline(group, "learn_parallel", most)
-    last = timeline.steps()[-1]
+    return timeline, timeline.steps()[-1], most
+
+
+def replicate_bars_mostly_waiting() -> bool:
+    """In the performance chapter's plotted step, every GPU row's replicate bar holds GPU
+    work of less than half its length."""
+    timeline, last, _ = _plotted_step()
     bars = [
         r
         for r in timeline.records
@@ -333,10 +340,7 @@ def replicate_and_forward_bars_mostly_waiting_on_most_gpus() -> bool:
     """The benchmark's ResNet-18 learn_parallel timeline on its largest GPU count, last step
     (the one the performance chapter plots): on every GPU row, the GPU work inside the
     replicate bar and inside the forward bar is under half of that bar."""
-    recorded, group = _recorded(), "conv-cudnn-benchmark-off"
-    most = max(r["devices"] for r in recorded.bench_results(group))
-    timeline = recorded.bench_timeline(group, "learn_parallel", most)
-    last = timeline.steps()[-1]
+    timeline, last, most = _plotted_step()
     rows = [row for row in timeline.devices() if row != "host"]
     checked = 0
     for row in rows:
@@ -357,10 +361,7 @@ def longest_idle_gap_is_the_wait_for_the_slowest_forward() -> bool:
     (most GPUs) ResNet-18 timeline: the longest idle gap between its phases ends where its
     gather begins, and another GPU's forward bar ends later than cuda:0's (the slowest replica's
     forward, which the gather waits for)."""
-    recorded, group = _recorded(), "conv-cudnn-benchmark-off"
-    most = max(r["devices"] for r in recorded.bench_results(group))
-    timeline = recorded.bench_timeline(group, "learn_parallel", most)
-    last = timeline.steps()[-1]
+    timeline, last, _ = _plotted_step()
     mine = sorted(
         (r for r in timeline.records if r.device == "cuda:0" and r.step == last),
         key=lambda r: r.start_ms,

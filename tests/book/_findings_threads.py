@@ -312,8 +312,5 @@ def searched_plans_took_about_the_same_gpu_time() -> bool:
     """The profile's persistent steps: aten::cudnn_convolution as many calls, and its GPU time
     with cudnn.benchmark on within 5% of its GPU time with it off."""
     (workers,) = _each("persistent_workers.json")
-    on, off = (
-        workers["profile"]["events"][f"persistent, cudnn.benchmark {s}"]["aten::cudnn_convolution"]
-        for s in ("on", "off")
-    )
+    on, off = (_convolution_rows(workers, setting)[1] for setting in ("on", "off"))
     return on["count"] == off["count"] and abs(on["gpu_us"] - off["gpu_us"]) <= 0.05 * off["gpu_us"]
